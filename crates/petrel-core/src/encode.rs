@@ -1,0 +1,295 @@
+//! Encodings shared by sinks: `text` (the message and a newline) and
+//! `ndjson` (one JSON object per event).
+
+use std::io::Write;
+
+use serde_json::ser::{CompactFormatter, Formatter};
+
+use crate::event::{EventBatch, Key, Value};
+
+/// How a sink turns events into bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// The message bytes as they were read, then `\n`.
+    Text,
+    /// One JSON object per line with every field of the event.
+    Ndjson,
+}
+
+impl Encoding {
+    /// Names accepted in configuration.
+    pub const NAMES: &'static [&'static str] = &["text", "ndjson"];
+
+    /// Parses a configuration name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "text" => Some(Self::Text),
+            "ndjson" => Some(Self::Ndjson),
+            _ => None,
+        }
+    }
+}
+
+/// What encoding a batch noticed on the way.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EncodeStats {
+    /// Values that were not valid UTF-8 and were written with U+FFFD.
+    pub invalid_utf8: u64,
+}
+
+/// Appends the encoding of every event of `batch` to `out`.
+///
+/// When `record_ends` is given, the end offset in `out` of each event's
+/// record is pushed, for sinks that send events as separate messages.
+pub fn encode_batch(
+    encoding: Encoding,
+    batch: &EventBatch,
+    out: &mut Vec<u8>,
+    mut record_ends: Option<&mut Vec<u32>>,
+) -> EncodeStats {
+    let mut stats = EncodeStats::default();
+    match encoding {
+        Encoding::Text if record_ends.is_none() => encode_text_runs(batch, out),
+        Encoding::Text => {
+            for ev in &batch.events {
+                write_text_value(batch, &ev.message, out);
+                out.push(b'\n');
+                if let Some(ends) = record_ends.as_deref_mut() {
+                    ends.push(out.len() as u32);
+                }
+            }
+        }
+        Encoding::Ndjson => {
+            let file = batch.source.path.as_bytes();
+            for ev in &batch.events {
+                out.extend_from_slice(b"{\"message\":");
+                write_json_value(batch, &ev.message, out, &mut stats);
+                out.extend_from_slice(b",\"file\":");
+                write_json_bytes(file, out, &mut stats);
+                if let Some(ns) = ev.time_ns {
+                    out.extend_from_slice(b",\"timestamp\":\"");
+                    write_rfc3339(ns, out);
+                    out.push(b'"');
+                }
+                for (k, v) in &ev.fields {
+                    out.push(b',');
+                    write_json_key(k, out);
+                    out.push(b':');
+                    write_json_value(batch, v, out, &mut stats);
+                }
+                out.extend_from_slice(b"}\n");
+                if let Some(ends) = record_ends.as_deref_mut() {
+                    ends.push(out.len() as u32);
+                }
+            }
+        }
+    }
+    stats
+}
+
+/// Text encoding without record boundaries: consecutive lines that sit next
+/// to each other in the read buffer, each followed by its own newline, are
+/// copied as one block instead of line by line.
+fn encode_text_runs(batch: &EventBatch, out: &mut Vec<u8>) {
+    let buf = &batch.buf[..];
+    let mut run: Option<(usize, usize)> = None;
+    for ev in &batch.events {
+        if let Value::Span(s) = &ev.message {
+            let end = s.end();
+            if buf.get(end) == Some(&b'\n') {
+                match &mut run {
+                    Some((_, run_end)) if *run_end == s.start as usize => *run_end = end + 1,
+                    _ => {
+                        if let Some((a, b)) = run {
+                            out.extend_from_slice(&buf[a..b]);
+                        }
+                        run = Some((s.start as usize, end + 1));
+                    }
+                }
+                continue;
+            }
+        }
+        if let Some((a, b)) = run.take() {
+            out.extend_from_slice(&buf[a..b]);
+        }
+        write_text_value(batch, &ev.message, out);
+        out.push(b'\n');
+    }
+    if let Some((a, b)) = run {
+        out.extend_from_slice(&buf[a..b]);
+    }
+}
+
+fn write_text_value(batch: &EventBatch, v: &Value, out: &mut Vec<u8>) {
+    match batch.bytes_of(v) {
+        Some(b) => out.extend_from_slice(b),
+        None => {
+            let mut stats = EncodeStats::default();
+            write_json_value(batch, v, out, &mut stats);
+        }
+    }
+}
+
+fn write_json_key(k: &Key, out: &mut Vec<u8>) {
+    // Writing to a Vec cannot fail.
+    write_json_str(out, k);
+}
+
+fn write_json_bytes(b: &[u8], out: &mut Vec<u8>, stats: &mut EncodeStats) {
+    match std::str::from_utf8(b) {
+        Ok(s) => {
+            write_json_str(out, s);
+        }
+        Err(_) => {
+            stats.invalid_utf8 += 1;
+            let s = String::from_utf8_lossy(b);
+            write_json_str(out, &s);
+        }
+    }
+}
+
+/// Writes `s` as a quoted, escaped JSON string.
+#[inline]
+pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    // Serialising a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Writes `v` as JSON.
+pub fn write_json_value(batch: &EventBatch, v: &Value, out: &mut Vec<u8>, stats: &mut EncodeStats) {
+    let mut f = CompactFormatter;
+    match v {
+        Value::Span(_) | Value::Str(_) | Value::Bytes(_) => {
+            write_json_bytes(batch.bytes_of(v).unwrap_or_default(), out, stats)
+        }
+        Value::Int(i) => {
+            let _ = f.write_i64(out, *i);
+        }
+        Value::Float(x) if x.is_finite() => {
+            let _ = f.write_f64(out, *x);
+        }
+        Value::Float(_) | Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => {
+            let _ = f.write_bool(out, *b);
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json_value(batch, item, out, stats);
+            }
+            out.push(b']');
+        }
+        Value::Object(fields) => {
+            out.push(b'{');
+            for (i, (k, item)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json_key(k, out);
+                out.push(b':');
+                write_json_value(batch, item, out, stats);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Writes nanoseconds since the epoch as RFC 3339 in UTC with nanoseconds.
+pub fn write_rfc3339(ns: i64, out: &mut Vec<u8>) {
+    let secs = ns.div_euclid(1_000_000_000);
+    let nanos = ns.rem_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+        y,
+        m,
+        d,
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60,
+        nanos
+    );
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, SourceInfo, Span};
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    fn batch(buf: &'static [u8], spans: &[(usize, usize)]) -> EventBatch {
+        let mut b = EventBatch::new(
+            Bytes::from_static(buf),
+            Arc::new(SourceInfo {
+                path: "/var/log/a.log".into(),
+            }),
+        );
+        b.events = spans
+            .iter()
+            .map(|&(s, l)| Event::from_span(Span::new(s, l)))
+            .collect();
+        b
+    }
+
+    #[test]
+    fn text_coalesces_and_stays_byte_exact() {
+        let b = batch(b"ab\n\xff\xfe\nlast", &[(0, 2), (3, 2), (6, 4)]);
+        let mut out = Vec::new();
+        encode_batch(Encoding::Text, &b, &mut out, None);
+        assert_eq!(out, b"ab\n\xff\xfe\nlast\n");
+        let mut out2 = Vec::new();
+        let mut ends = Vec::new();
+        encode_batch(Encoding::Text, &b, &mut out2, Some(&mut ends));
+        assert_eq!(out2, out);
+        assert_eq!(ends, vec![3, 6, 11]);
+    }
+
+    #[test]
+    fn ndjson_escapes_and_replaces_invalid_utf8() {
+        let mut b = batch(b"say \"hi\"\t\n\xff", &[(0, 9), (10, 1)]);
+        b.events[0].set("n".into(), Value::Int(-3));
+        b.events[0].time_ns = Some(1_700_000_000_123_456_789);
+        let mut out = Vec::new();
+        let st = encode_batch(Encoding::Ndjson, &b, &mut out, None);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            r#"{"message":"say \"hi\"\t","file":"/var/log/a.log","timestamp":"2023-11-14T22:13:20.123456789Z","n":-3}"#
+        );
+        assert_eq!(
+            lines[1],
+            "{\"message\":\"\u{fffd}\",\"file\":\"/var/log/a.log\"}"
+        );
+        assert_eq!(st.invalid_utf8, 1);
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+}

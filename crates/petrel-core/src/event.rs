@@ -1,0 +1,212 @@
+//! Events and batches of events that borrow from one read buffer.
+//!
+//! A source reads a block into one [`Bytes`] buffer and describes each event
+//! as [`Span`]s into it, so a line costs a few integers rather than an
+//! allocation. Processors add fields, preferably as spans too; only values
+//! that do not exist in the input (masked text, computed numbers) are owned.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::ack::AckPart;
+use crate::memory::MemoryCharge;
+
+/// A byte range in a batch's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// Offset of the first byte.
+    pub start: u32,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+impl Span {
+    /// A span from `start` of `len` bytes.
+    pub fn new(start: usize, len: usize) -> Self {
+        // Buffers are bounded far below 4 GiB (read blocks plus max_line_bytes).
+        Self {
+            start: start as u32,
+            len: len as u32,
+        }
+    }
+
+    /// The bytes of this span in `buf`; empty when out of range.
+    #[inline]
+    pub fn get<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        let s = self.start as usize;
+        buf.get(s..s + self.len as usize).unwrap_or_default()
+    }
+
+    /// Offset one past the last byte.
+    #[inline]
+    pub fn end(&self) -> usize {
+        self.start as usize + self.len as usize
+    }
+}
+
+/// A field name. Static names cost nothing; dynamic ones are shared.
+pub type Key = Cow<'static, str>;
+
+/// A field value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Bytes borrowed from the batch buffer.
+    Span(Span),
+    /// Owned text.
+    Str(Box<str>),
+    /// Owned bytes that need not be UTF-8.
+    Bytes(Box<[u8]>),
+    /// A signed integer.
+    Int(i64),
+    /// A floating point number.
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+    /// An explicit null.
+    Null,
+    /// An ordered list.
+    Array(Vec<Value>),
+    /// A nested object, keys in input order.
+    Object(Vec<(Key, Value)>),
+}
+
+impl Value {
+    /// The raw bytes of a text-like value (span, string, bytes).
+    pub fn as_bytes<'a>(&'a self, buf: &'a [u8]) -> Option<&'a [u8]> {
+        match self {
+            Value::Span(s) => Some(s.get(buf)),
+            Value::Str(s) => Some(s.as_bytes()),
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// One log event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The raw message, usually a span of the read buffer.
+    pub message: Value,
+    /// Fields added by processors, in insertion order.
+    pub fields: Vec<(Key, Value)>,
+    /// Event time in nanoseconds since the Unix epoch, when parsed.
+    pub time_ns: Option<i64>,
+}
+
+impl Event {
+    /// An event whose message is `span` of the batch buffer.
+    #[inline]
+    pub fn from_span(span: Span) -> Self {
+        Self {
+            message: Value::Span(span),
+            fields: Vec::new(),
+            time_ns: None,
+        }
+    }
+
+    /// The value of field `name` (`message` included).
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        if name == "message" {
+            return Some(&self.message);
+        }
+        self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Sets field `name`, replacing an existing value.
+    pub fn set(&mut self, name: Key, value: Value) {
+        if name == "message" {
+            self.message = value;
+            return;
+        }
+        if let Some(slot) = self.fields.iter_mut().find(|(k, _)| *k == name) {
+            slot.1 = value;
+        } else {
+            self.fields.push((name, value));
+        }
+    }
+
+    /// Removes field `name` and returns its value.
+    pub fn remove(&mut self, name: &str) -> Option<Value> {
+        let idx = self.fields.iter().position(|(k, _)| k == name)?;
+        Some(self.fields.remove(idx).1)
+    }
+}
+
+/// Where a batch came from; shared by all its events.
+#[derive(Debug)]
+pub struct SourceInfo {
+    /// The file path (or other origin) written as the `file` field.
+    pub path: Arc<str>,
+}
+
+/// Events sharing one read buffer, flowing through a pipeline together.
+pub struct EventBatch {
+    /// The buffer all [`Value::Span`]s point into.
+    pub buf: Bytes,
+    /// The events, in source order.
+    pub events: Vec<Event>,
+    /// The origin of every event in this batch.
+    pub source: Arc<SourceInfo>,
+    /// Input bytes this batch represents (lines with their newlines).
+    pub input_bytes: u64,
+    /// Delivery tracking; the engine splits it into one part per sink.
+    pub ack: Option<AckPart>,
+    /// Memory held by the buffer; released when the batch is dropped.
+    pub charge: MemoryCharge,
+}
+
+impl EventBatch {
+    /// A batch over `buf` with no events yet.
+    pub fn new(buf: Bytes, source: Arc<SourceInfo>) -> Self {
+        Self {
+            buf,
+            events: Vec::new(),
+            source,
+            input_bytes: 0,
+            ack: None,
+            charge: MemoryCharge::none(),
+        }
+    }
+
+    /// Bytes of `value` in this batch's buffer, for text-like values.
+    #[inline]
+    pub fn bytes_of<'a>(&'a self, value: &'a Value) -> Option<&'a [u8]> {
+        value.as_bytes(&self.buf)
+    }
+}
+
+impl std::fmt::Debug for EventBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBatch")
+            .field("source", &self.source.path)
+            .field("events", &self.events.len())
+            .field("input_bytes", &self.input_bytes)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_out_of_range_is_empty() {
+        let buf = b"hello";
+        assert_eq!(Span::new(1, 3).get(buf), b"ell");
+        assert_eq!(Span::new(4, 9).get(buf), b"");
+    }
+
+    #[test]
+    fn set_get_remove() {
+        let mut e = Event::from_span(Span::new(0, 1));
+        e.set("a".into(), Value::Int(1));
+        e.set("a".into(), Value::Int(2));
+        assert_eq!(e.get("a"), Some(&Value::Int(2)));
+        assert_eq!(e.remove("a"), Some(Value::Int(2)));
+        assert!(e.get("a").is_none());
+        e.set("message".into(), Value::Str("x".into()));
+        assert_eq!(e.message, Value::Str("x".into()));
+    }
+}

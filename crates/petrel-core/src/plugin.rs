@@ -1,0 +1,64 @@
+//! The contracts between the engine and its plugins.
+//!
+//! Processors transform batches on the shared processing pool. Sinks are
+//! split in two: [`Sink::encode`] does the CPU work (serialisation) on the
+//! processing pool so it scales with `--threads`, and [`Sink::run`] is an
+//! asynchronous task on the shared sink runtime that performs I/O and
+//! acknowledges each [`Payload`] once its data is delivered.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::ack::AckPart;
+use crate::event::{EventBatch, SourceInfo};
+use crate::memory::MemoryCharge;
+
+/// A step of a pipeline's processor chain.
+pub trait Processor: Send + Sync {
+    /// Transforms the batch in place (add, change or drop events).
+    fn process(&self, batch: &mut EventBatch);
+}
+
+/// Encoded data of one batch for one sink.
+#[derive(Debug)]
+pub struct Payload {
+    /// The encoded records, back to back.
+    pub bytes: Vec<u8>,
+    /// End offset of each record in `bytes`, when the sink asked for them.
+    pub record_ends: Vec<u32>,
+    /// Number of events encoded.
+    pub events: u64,
+    /// Where the batch came from.
+    pub source: Arc<SourceInfo>,
+    /// Answer after delivery; dropping it reports a failure.
+    pub ack: AckPart,
+    /// Memory held by `bytes`.
+    pub charge: MemoryCharge,
+}
+
+/// The receiving end of a sink's payload queue.
+pub type PayloadReceiver = tokio::sync::mpsc::UnboundedReceiver<Payload>;
+
+/// A future run on the sink runtime.
+pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A destination for events.
+pub trait Sink: Send + Sync + 'static {
+    /// Encodes `batch` into `out` (and `record_ends` if this sink sends
+    /// records separately). Runs on the processing pool. Returns the number
+    /// of values that were not valid UTF-8 and were replaced.
+    fn encode(&self, batch: &EventBatch, out: &mut Vec<u8>, record_ends: &mut Vec<u32>) -> u64;
+
+    /// Delivers payloads until the queue closes, acknowledging each after
+    /// delivery. Returning ends the sink.
+    fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture;
+}
+
+/// Where a source hands its batches: the entry of a pipeline's processor
+/// chain on the shared processing pool. Never blocks; memory is bounded by
+/// the source's budget, taken before reading.
+pub trait Emitter: Send + Sync {
+    /// Queues `batch` for processing.
+    fn emit(&self, batch: EventBatch);
+}

@@ -1,0 +1,12 @@
+//! Petrel, a log collection agent: sources → processor chain → sinks on
+//! shared threads, with delivery-acknowledged checkpoints.
+//!
+//! The binary (`main.rs`) is a thin command line over this library.
+
+pub mod api;
+pub mod config;
+pub mod gen;
+pub mod processors;
+pub mod sinks;
+pub mod sources;
+pub mod topology;

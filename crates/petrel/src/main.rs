@@ -1,0 +1,256 @@
+//! `petrel`: the log collection agent's command line.
+
+use petrel::{api, config, gen, topology};
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  petrel run --config examples/quickstart.yaml --data-dir /tmp/petrel-data
+  petrel run --config /etc/petrel/pipelines/ --threads 2 --memory-limit 128MiB
+  petrel validate --config /etc/petrel/pipelines/
+  petrel gen --format single128 --size 1GiB --output /tmp/single128.log
+  petrel gen --format nginx283 --rate 10MB --duration 60 --output /tmp/access.log --rotate-bytes 100MB";
+
+/// Petrel: a log collection agent.
+#[derive(Parser, Debug)]
+#[command(name = "petrel", version, about, after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run pipelines until SIGINT or SIGTERM.
+    #[command(after_help = EXAMPLES)]
+    Run(RunArgs),
+    /// Check pipeline files; exit 2 with one `FILE:LINE:COL: problem` line each.
+    Validate {
+        /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Write a benchmark data set.
+    Gen(GenArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// A pipeline file or a directory of `*.yaml`/`*.yml` files (one pipeline each, named by file stem).
+    #[arg(long)]
+    config: PathBuf,
+    /// Where checkpoints are kept.
+    #[arg(long, default_value = "/var/lib/petrel", env = "PETREL_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Processing threads (default: number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Memory for in-flight data, e.g. 67108864 or 64MiB.
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    memory_limit: u64,
+    /// Address of the metrics and health API; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8686")]
+    api_addr: String,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Longest wait, in seconds, for in-flight data at shutdown.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct GenArgs {
+    /// Data set.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(gen::DataSet::NAMES))]
+    format: String,
+    /// Total bytes, e.g. 1GiB.
+    #[arg(long, value_parser = parse_bytes, conflicts_with_all = ["rate", "duration"], required_unless_present = "rate")]
+    size: Option<u64>,
+    /// Bytes per second, e.g. 10MB.
+    #[arg(long, value_parser = parse_bytes, requires = "duration")]
+    rate: Option<u64>,
+    /// Seconds to write at `--rate`.
+    #[arg(long, requires = "rate")]
+    duration: Option<u64>,
+    /// Output file (appended to).
+    #[arg(long)]
+    output: PathBuf,
+    /// Rename the file to `<output>.N` each time it reaches this size.
+    #[arg(long, value_parser = parse_bytes)]
+    rotate_bytes: Option<u64>,
+    /// Seed of the random parts.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    petrel_core::config::parse_size(s)
+        .ok_or_else(|| format!("`{s}` is not a byte count such as 1048576, 64MiB or 10MB"))
+}
+
+fn init_logging(level: Option<&str>) {
+    let filter = level
+        .map(str::to_string)
+        .or_else(|| std::env::var("PETREL_LOG").ok())
+        .unwrap_or_else(|| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Validate { config } => match config::load(&config) {
+            Ok(p) => {
+                println!("{}: {} pipeline(s) valid", config.display(), p.len());
+                ExitCode::SUCCESS
+            }
+            Err(errs) => {
+                for e in errs {
+                    println!("{e}");
+                }
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Gen(a) => {
+            let Some(format) = gen::DataSet::from_name(&a.format) else {
+                eprintln!("unknown format {}", a.format);
+                return ExitCode::from(2);
+            };
+            let opts = gen::GenOptions {
+                format,
+                size: a.size,
+                rate: a.rate,
+                duration_secs: a.duration,
+                output: a.output,
+                rotate_bytes: a.rotate_bytes,
+                seed: a.seed,
+            };
+            match gen::run(&opts) {
+                Ok(r) => {
+                    eprintln!(
+                        "wrote {} bytes, {} lines, {} events in {} file(s)",
+                        r.bytes, r.lines, r.events, r.files
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("petrel gen: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Run(a) => {
+            init_logging(a.log_level.as_deref());
+            match run(a) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(RunError::Config(errs)) => {
+                    for e in errs {
+                        eprintln!("{e}");
+                    }
+                    ExitCode::from(2)
+                }
+                Err(RunError::Other(e)) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+enum RunError {
+    Config(Vec<petrel_core::ConfigError>),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for RunError {
+    fn from(e: anyhow::Error) -> Self {
+        RunError::Other(e)
+    }
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(e: std::io::Error) -> Self {
+        RunError::Other(e.into())
+    }
+}
+
+fn run(a: RunArgs) -> Result<(), RunError> {
+    let pipelines = config::load(&a.config).map_err(RunError::Config)?;
+    raise_fd_limit();
+    let threads = a
+        .threads
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+        .max(1);
+    let opts = topology::RunOptions {
+        data_dir: a.data_dir,
+        threads,
+        memory_limit: a.memory_limit as usize,
+        shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
+    };
+    // Sinks only do I/O and hand writes to the blocking pool; one runtime
+    // thread serves every sink and the API.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("petrel-sink")
+        .enable_all()
+        .build()?;
+    let listener = std::net::TcpListener::bind(&a.api_addr)
+        .map_err(|e| anyhow::anyhow!("cannot bind --api-addr {}: {e}", a.api_addr))?;
+    let addr = listener.local_addr()?;
+    let metrics = petrel_core::Metrics::new();
+    let budget = petrel_core::MemoryBudget::new(opts.memory_limit);
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    runtime.spawn(api::serve(listener, metrics.clone(), budget.clone()));
+    tracing::info!("API listening on http://{addr}");
+    let topo = topology::Topology::start(&pipelines, &opts, metrics, budget, runtime)?;
+    tracing::info!(
+        pipelines = pipelines.len(),
+        threads,
+        memory_limit = opts.memory_limit,
+        "petrel started"
+    );
+    let mut signals = signals;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "stopping: draining in-flight data");
+    }
+    topo.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Tailing many files needs many descriptors; the soft limit is often 1024
+/// while the hard limit allows far more.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! `type: stdout` — writes encoded events to the agent's standard output.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use petrel_core::config::Map;
+use petrel_core::encode::{encode_batch, Encoding};
+use petrel_core::plugin::{BoxFuture, PayloadReceiver, Sink};
+use petrel_core::{ComponentMetrics, EventBatch};
+
+use super::writer::{self, Target};
+
+/// Keys accepted by the stdout sink.
+pub const KEYS: &[&str] = &["type", "id", "encoding"];
+
+/// Configuration of the stdout sink.
+#[derive(Debug, Clone)]
+pub struct StdoutSinkConfig {
+    /// `text` or `ndjson`.
+    pub encoding: Encoding,
+}
+
+impl StdoutSinkConfig {
+    /// Reads the sink's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        Some(Self {
+            encoding: super::parse_encoding(&map)?,
+        })
+    }
+}
+
+/// The running stdout sink.
+pub struct StdoutSink {
+    encoding: Encoding,
+    metrics: ComponentMetrics,
+}
+
+impl StdoutSink {
+    /// A sink writing to this process's stdout.
+    pub fn new(c: &StdoutSinkConfig, metrics: ComponentMetrics) -> Self {
+        Self {
+            encoding: c.encoding,
+            metrics,
+        }
+    }
+}
+
+struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::stdout().lock().write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        std::io::stdout().lock().write_all(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().lock().flush()
+    }
+}
+
+impl Target for Stdout {
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for StdoutSink {
+    fn encode(&self, batch: &EventBatch, out: &mut Vec<u8>, _ends: &mut Vec<u32>) -> u64 {
+        encode_batch(self.encoding, batch, out, None).invalid_utf8
+    }
+
+    fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
+        Box::pin(writer::run(Stdout, rx, false, self.metrics.clone()))
+    }
+}

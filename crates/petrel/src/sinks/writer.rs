@@ -1,0 +1,79 @@
+//! Delivery loop shared by sinks that write bytes to a blocking writer
+//! (files, stdout).
+
+use std::io::Write;
+use std::time::Duration;
+
+use petrel_core::plugin::{Payload, PayloadReceiver};
+use petrel_core::ComponentMetrics;
+
+/// Most payloads written per blocking call; bounds the latency of acks.
+const MAX_PAYLOADS_PER_WRITE: usize = 64;
+
+/// Something the loop can write to and, if asked, make durable.
+pub trait Target: Write + Send + 'static {
+    /// Makes written data durable (fdatasync for files).
+    fn sync(&mut self) -> std::io::Result<()>;
+}
+
+/// Writes payloads until the queue closes. The writes run on tokio's
+/// blocking pool so that a stalled destination (a full pipe, a slow disk)
+/// never holds a sink runtime thread. Failed writes are retried with
+/// backoff; payloads are acknowledged only after a successful write (and
+/// sync, when `sync` is set).
+pub async fn run<T: Target>(
+    mut target: T,
+    mut rx: PayloadReceiver,
+    sync: bool,
+    m: ComponentMetrics,
+) {
+    let mut batch: Vec<Payload> = Vec::with_capacity(MAX_PAYLOADS_PER_WRITE);
+    let errors = m.error_counter("write_failed");
+    loop {
+        if rx.recv_many(&mut batch, MAX_PAYLOADS_PER_WRITE).await == 0 {
+            return;
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let work = std::mem::take(&mut batch);
+            let joined = tokio::task::spawn_blocking(move || {
+                let res = write_all(&mut target, &work, sync);
+                (target, work, res)
+            })
+            .await;
+            let Ok((t, work, res)) = joined else {
+                // The blocking task panicked: its payloads are dropped
+                // unanswered, which reports failed delivery to the sources.
+                tracing::error!("sink writer task panicked");
+                return;
+            };
+            target = t;
+            batch = work;
+            match res {
+                Ok(()) => break,
+                Err(e) => {
+                    errors.inc();
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "sink write failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        for p in batch.drain(..) {
+            m.sent_events.inc_by(p.events);
+            m.sent_bytes.inc_by(p.bytes.len() as u64);
+            p.ack.ack();
+        }
+    }
+}
+
+fn write_all<T: Target>(target: &mut T, work: &[Payload], sync: bool) -> std::io::Result<()> {
+    for p in work {
+        target.write_all(&p.bytes)?;
+    }
+    target.flush()?;
+    if sync {
+        target.sync()?;
+    }
+    Ok(())
+}

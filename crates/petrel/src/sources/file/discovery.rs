@@ -1,0 +1,374 @@
+//! Shared file discovery for every file source of every pipeline.
+//!
+//! All include patterns are compiled into one glob set; the directories
+//! they can match are walked once per scan, whatever the number of
+//! pipelines, and each file found is matched once against the combined set.
+//! inotify reports changes at once; a periodic scan covers what inotify can
+//! miss (queue overflow, watch limits, network file systems).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use inotify::{Inotify, WatchDescriptor, WatchMask};
+
+use super::identity::FileId;
+
+/// Include and exclude patterns of one file source.
+#[derive(Debug, Clone)]
+pub struct Patterns {
+    /// Absolute include globs.
+    pub include: Vec<String>,
+    /// Absolute exclude globs.
+    pub exclude: Vec<String>,
+}
+
+/// Compiles one glob the way the file source uses it: `*` and `?` stay
+/// within a path component, `**` spans any depth.
+pub fn compile_glob(pattern: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+}
+
+/// The part of a pattern before its first glob character, and how many
+/// components below it the pattern can reach (`None`: any depth).
+pub fn walk_root(pattern: &str) -> (PathBuf, Option<usize>) {
+    let mut base = PathBuf::new();
+    let mut rest = Vec::new();
+    let mut in_glob = false;
+    for c in Path::new(pattern).components() {
+        let s = c.as_os_str().to_string_lossy();
+        if !in_glob && !s.contains(['*', '?', '[', '{']) {
+            base.push(c.as_os_str());
+        } else {
+            in_glob = true;
+            rest.push(s.to_string());
+        }
+    }
+    if rest.is_empty() {
+        // A literal path: watch its directory.
+        let parent = base.parent().map(Path::to_path_buf).unwrap_or_default();
+        return (parent, Some(1));
+    }
+    let depth = if rest.iter().any(|s| s.contains("**")) {
+        None
+    } else {
+        Some(rest.len())
+    };
+    (base, depth)
+}
+
+/// A file seen by a scan.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Path where it was found.
+    pub path: PathBuf,
+    /// Identity.
+    pub id: FileId,
+}
+
+/// What changed since the last call, according to inotify.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Paths of files written to.
+    pub modified: Vec<PathBuf>,
+    /// Something was created, moved or deleted: rescan.
+    pub rescan: bool,
+}
+
+/// The shared discovery state.
+pub struct Discovery {
+    includes: GlobSet,
+    /// For each glob of `includes`, the sources it belongs to.
+    include_owners: Vec<Vec<usize>>,
+    excludes: Vec<GlobSet>,
+    roots: Vec<(PathBuf, Option<usize>)>,
+    inotify: Option<Inotify>,
+    watches: HashMap<WatchDescriptor, PathBuf>,
+    watched: HashSet<PathBuf>,
+    inotify_buf: Vec<u8>,
+    /// True once a watch could not be added (limit reached): scans must
+    /// then run often.
+    pub degraded: bool,
+}
+
+impl Discovery {
+    /// Builds discovery for `sources` (index = source number).
+    pub fn new(sources: &[Patterns]) -> Result<Self, globset::Error> {
+        let mut owners: HashMap<&str, Vec<usize>> = HashMap::new();
+        let mut order: Vec<&str> = Vec::new();
+        let mut roots: Vec<(PathBuf, Option<usize>)> = Vec::new();
+        let mut excludes = Vec::with_capacity(sources.len());
+        for (i, s) in sources.iter().enumerate() {
+            for p in &s.include {
+                let e = owners.entry(p.as_str()).or_insert_with(|| {
+                    order.push(p.as_str());
+                    Vec::new()
+                });
+                e.push(i);
+            }
+            let mut ex = GlobSetBuilder::new();
+            for p in &s.exclude {
+                ex.add(compile_glob(p)?);
+            }
+            excludes.push(ex.build()?);
+        }
+        let mut inc = GlobSetBuilder::new();
+        let mut include_owners = Vec::with_capacity(order.len());
+        for p in &order {
+            inc.add(compile_glob(p)?);
+            include_owners.push(owners.remove(p).unwrap_or_default());
+            roots.push(walk_root(p));
+        }
+        Ok(Self {
+            includes: inc.build()?,
+            include_owners,
+            excludes,
+            roots: {
+                roots.sort();
+                roots.dedup();
+                roots
+            },
+            inotify: Inotify::init().ok(),
+            watches: HashMap::new(),
+            watched: HashSet::new(),
+            inotify_buf: vec![0; 64 * 1024],
+            degraded: false,
+        })
+    }
+
+    /// The inotify file descriptor, for waiting on changes.
+    pub fn fd(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        self.inotify.as_ref().map(|i| i.as_raw_fd())
+    }
+
+    /// Walks every root and returns, per source, the matching files.
+    pub fn scan(&mut self) -> Vec<Vec<Found>> {
+        let mut out: Vec<Vec<Found>> = vec![Vec::new(); self.excludes.len()];
+        let mut seen_dirs = HashMap::new();
+        let roots = self.roots.clone();
+        let mut hits = Vec::new();
+        for (root, depth) in roots {
+            self.walk(&root, depth, &mut seen_dirs, &mut out, &mut hits);
+        }
+        // Roots may overlap, so a file can be found twice.
+        for v in &mut out {
+            v.sort_by(|a, b| a.path.cmp(&b.path));
+            v.dedup_by(|a, b| a.path == b.path);
+        }
+        out
+    }
+
+    fn walk(
+        &mut self,
+        dir: &Path,
+        depth: Option<usize>,
+        seen: &mut HashMap<PathBuf, Option<usize>>,
+        out: &mut [Vec<Found>],
+        hits: &mut Vec<usize>,
+    ) {
+        // Walk a directory again only when this visit reaches deeper than
+        // the previous one (overlapping roots with different depths).
+        match seen.get(dir) {
+            Some(None) => return,
+            Some(Some(prev)) if depth.is_some_and(|d| d <= *prev) => return,
+            _ => {}
+        }
+        seen.insert(dir.to_path_buf(), depth);
+        self.watch(dir);
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in rd.flatten() {
+            let Ok(ft) = entry.file_type() else { continue };
+            let path = entry.path();
+            if ft.is_dir() {
+                match depth {
+                    Some(d) if d <= 1 => {}
+                    _ => self.walk(&path, depth.map(|d| d - 1), seen, out, hits),
+                }
+                continue;
+            }
+            // Regular files, and symlinks to them.
+            self.includes.matches_into(&path, hits);
+            if hits.is_empty() {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            let id = FileId::of(&meta);
+            let mut added: Vec<usize> = Vec::new();
+            for &g in hits.iter() {
+                for &src in &self.include_owners[g] {
+                    if added.contains(&src) || self.excludes[src].is_match(&path) {
+                        continue;
+                    }
+                    added.push(src);
+                    out[src].push(Found {
+                        path: path.clone(),
+                        id,
+                    });
+                }
+            }
+        }
+    }
+
+    fn watch(&mut self, dir: &Path) {
+        if self.watched.contains(dir) {
+            return;
+        }
+        let Some(ino) = self.inotify.as_mut() else {
+            self.degraded = true;
+            return;
+        };
+        let mask = WatchMask::CREATE
+            | WatchMask::MODIFY
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::DELETE
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::ATTRIB;
+        match ino.watches().add(dir, mask) {
+            Ok(wd) => {
+                self.watches.insert(wd, dir.to_path_buf());
+                self.watched.insert(dir.to_path_buf());
+            }
+            Err(e) => {
+                if !self.degraded {
+                    tracing::warn!(dir = %dir.display(), error = %e,
+                        "cannot watch directory (inotify limit?); falling back to 1 s polling");
+                }
+                self.degraded = true;
+            }
+        }
+    }
+
+    /// Drains pending inotify events without blocking.
+    pub fn changes(&mut self) -> Changes {
+        let mut ch = Changes::default();
+        let Some(ino) = self.inotify.as_mut() else {
+            return ch;
+        };
+        loop {
+            let events = match ino.read_events(&mut self.inotify_buf) {
+                Ok(ev) => ev,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "inotify read failed; rescanning");
+                    ch.rescan = true;
+                    break;
+                }
+            };
+            let mut any = false;
+            for ev in events {
+                any = true;
+                use inotify::EventMask as M;
+                if ev.mask.contains(M::Q_OVERFLOW) {
+                    ch.rescan = true;
+                    continue;
+                }
+                if ev.mask.contains(M::IGNORED) {
+                    self.watches.remove(&ev.wd);
+                    continue;
+                }
+                let Some(dir) = self.watches.get(&ev.wd) else {
+                    continue;
+                };
+                if ev
+                    .mask
+                    .intersects(M::CREATE | M::MOVED_TO | M::MOVED_FROM | M::DELETE | M::ATTRIB)
+                {
+                    ch.rescan = true;
+                }
+                if let Some(name) = ev.name {
+                    if ev
+                        .mask
+                        .intersects(M::MODIFY | M::CLOSE_WRITE | M::CREATE | M::MOVED_TO)
+                    {
+                        ch.modified.push(dir.join(name));
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        // Watches removed by the kernel (directory deleted) must be re-added
+        // if the directory comes back.
+        let live: HashSet<&PathBuf> = self.watches.values().collect();
+        self.watched.retain(|d| live.contains(d));
+        ch
+    }
+}
+
+/// True when `p` is absolute and has no `..` components.
+pub fn is_clean_absolute(p: &str) -> bool {
+    let path = Path::new(p);
+    path.is_absolute() && !path.components().any(|c| matches!(c, Component::ParentDir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_and_depths() {
+        assert_eq!(
+            walk_root("/var/log/app/**/*.log"),
+            ("/var/log/app".into(), None)
+        );
+        assert_eq!(walk_root("/var/log/*/x.log"), ("/var/log".into(), Some(2)));
+        assert_eq!(walk_root("/var/log/app.log"), ("/var/log".into(), Some(1)));
+    }
+
+    #[test]
+    fn globs_keep_stars_within_components() {
+        let g = compile_glob("/a/*.log").unwrap().compile_matcher();
+        assert!(g.is_match("/a/x.log"));
+        assert!(!g.is_match("/a/b/x.log"));
+        let g = compile_glob("/a/**/*.log").unwrap().compile_matcher();
+        assert!(g.is_match("/a/x.log"));
+        assert!(g.is_match("/a/b/c/x.log"));
+    }
+
+    #[test]
+    fn one_walk_serves_many_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("x/y")).unwrap();
+        std::fs::write(d.join("a.log"), "1\n").unwrap();
+        std::fs::write(d.join("x/y/b.log"), "2\n").unwrap();
+        std::fs::write(d.join("x/y/b.gz"), "3\n").unwrap();
+        let all = format!("{}/**/*", d.display());
+        let logs = format!("{}/*.log", d.display());
+        let mut disc = Discovery::new(&[
+            Patterns {
+                include: vec![all.clone()],
+                exclude: vec!["**/*.gz".into()],
+            },
+            Patterns {
+                include: vec![logs, all],
+                exclude: vec![],
+            },
+        ])
+        .unwrap();
+        let found = disc.scan();
+        let names = |v: &Vec<Found>| {
+            let mut n: Vec<String> = v
+                .iter()
+                .map(|f| f.path.strip_prefix(d).unwrap().display().to_string())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&found[0]), vec!["a.log", "x/y/b.log"]);
+        assert_eq!(names(&found[1]), vec!["a.log", "x/y/b.gz", "x/y/b.log"]);
+    }
+}

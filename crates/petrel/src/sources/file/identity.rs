@@ -1,0 +1,112 @@
+//! File identity: device and inode, plus a fingerprint of the first bytes so
+//! that a reused inode or a truncated-and-rewritten file is not mistaken for
+//! the file we knew.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+
+/// Bytes of the file start covered by a full fingerprint.
+pub const FINGERPRINT_BYTES: usize = 1024;
+
+/// Device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId {
+    /// st_dev.
+    pub dev: u64,
+    /// st_ino.
+    pub ino: u64,
+}
+
+impl FileId {
+    /// Identity of an open file or of metadata from stat.
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// A hash of the first `len` bytes of a file. Short files get a short
+/// fingerprint that is extended as they grow, so there is no "wait until
+/// 1 KiB" blind spot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fingerprint {
+    /// Bytes covered (at most [`FINGERPRINT_BYTES`]).
+    pub len: u32,
+    /// FNV-1a over those bytes.
+    pub hash: u64,
+}
+
+impl Fingerprint {
+    /// Fingerprint of the first `min(size, FINGERPRINT_BYTES)` bytes.
+    pub fn read(file: &File, size: u64) -> std::io::Result<Self> {
+        Self::read_len(file, size.min(FINGERPRINT_BYTES as u64) as usize)
+    }
+
+    /// Fingerprint of exactly the first `len` bytes (fewer if the file is
+    /// shorter now).
+    pub fn read_len(file: &File, len: usize) -> std::io::Result<Self> {
+        let mut buf = [0u8; FINGERPRINT_BYTES];
+        let want = len.min(FINGERPRINT_BYTES);
+        let mut got = 0;
+        while got < want {
+            let n = file.read_at(&mut buf[got..want], got as u64)?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        Ok(Self {
+            len: got as u32,
+            hash: fnv1a(&buf[..got]),
+        })
+    }
+
+    /// True when the file still starts with the bytes this fingerprint
+    /// covers.
+    pub fn matches(&self, file: &File) -> std::io::Result<bool> {
+        let now = Self::read_len(file, self.len as usize)?;
+        Ok(now == *self)
+    }
+
+    /// True when it covers fewer than [`FINGERPRINT_BYTES`].
+    pub fn is_partial(&self) -> bool {
+        (self.len as usize) < FINGERPRINT_BYTES
+    }
+}
+
+/// FNV-1a, 64 bit. Checkpoints store this hash, so it must never change
+/// between builds; std's hashers make no such promise, and for at most
+/// 1 KiB per file the speed of a better hash does not matter.
+fn fnv1a(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn grows_and_detects_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let mut f = std::fs::File::create(&p).unwrap();
+        f.write_all(b"abc").unwrap();
+        let r = std::fs::File::open(&p).unwrap();
+        let fp = Fingerprint::read(&r, 3).unwrap();
+        assert_eq!(fp.len, 3);
+        f.write_all(&[b'x'; 2000]).unwrap();
+        assert!(fp.matches(&r).unwrap(), "appending keeps the prefix");
+        let full = Fingerprint::read(&r, 2003).unwrap();
+        assert_eq!(full.len as usize, FINGERPRINT_BYTES);
+        std::fs::write(&p, b"xyz").unwrap();
+        assert!(!fp.matches(&r).unwrap(), "rewritten start is detected");
+    }
+}

@@ -1,0 +1,139 @@
+//! `type: file` — tails files matched by globs, through rotation,
+//! truncation and restarts, committing offsets only after delivery.
+//!
+//! Layout: [`discovery`] finds files for all sources at once, [`reader`]
+//! reads one file into batches, [`tracker`] turns acknowledgements into
+//! committed offsets, [`checkpoint`] persists them, [`identity`] tells
+//! files apart, and [`service`] is the input thread tying them together.
+
+pub mod checkpoint;
+pub mod discovery;
+pub mod identity;
+pub mod reader;
+pub mod service;
+pub mod tracker;
+
+use std::time::Duration;
+
+use petrel_core::config::Map;
+
+/// Keys accepted by the file source.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "include",
+    "exclude",
+    "read_from",
+    "max_line_bytes",
+    "partial_line_timeout_ms",
+    "read_block_bytes",
+];
+
+/// Where to start in files that have no checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// From the first byte.
+    Beginning,
+    /// From the current end (files present at the first scan only; files
+    /// that appear later are always read from the beginning).
+    End,
+}
+
+/// Configuration of the file source.
+#[derive(Debug, Clone)]
+pub struct FileSourceConfig {
+    /// Absolute include globs (`*`, `?`, `[..]`, `**`).
+    pub include: Vec<String>,
+    /// Absolute exclude globs.
+    pub exclude: Vec<String>,
+    /// Start position for files without checkpoint.
+    pub read_from: ReadFrom,
+    /// Lines longer than this are split into pieces (counted).
+    pub max_line_bytes: usize,
+    /// Emit an unterminated last line after the file stopped growing this long.
+    pub partial_line_timeout: Duration,
+    /// Size of one read.
+    pub read_block_bytes: usize,
+}
+
+impl FileSourceConfig {
+    /// Reads the source's keys; relative patterns are resolved against the
+    /// directory of the configuration file.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let inc_node = map.required("include", "[\"/var/log/app/*.log\"]")?;
+        let mut include = Vec::new();
+        for (p, n) in inc_node.as_str_list() {
+            if let Some(g) = glob_of(n, p) {
+                include.push(g);
+            }
+        }
+        if include.is_empty() {
+            inc_node.error("`include` needs at least one glob, e.g. `[\"/var/log/app/*.log\"]`");
+            return None;
+        }
+        let mut exclude = Vec::new();
+        if let Some(n) = map.get("exclude") {
+            for (p, n) in n.as_str_list() {
+                // Relative excludes such as `**/*.gz` match anywhere.
+                let pat = if p.starts_with('/') || p.starts_with("**") {
+                    p.to_string()
+                } else {
+                    format!("**/{p}")
+                };
+                if let Err(e) = discovery::compile_glob(&pat) {
+                    n.error(format!("invalid glob `{p}`: {}", e.kind()));
+                } else {
+                    exclude.push(pat);
+                }
+            }
+        }
+        let read_from = match map.choice("read_from", &["beginning", "end"]) {
+            Some("beginning") => ReadFrom::Beginning,
+            Some(_) => ReadFrom::End,
+            None if map.get("read_from").is_some() => return None,
+            None => ReadFrom::End,
+        };
+        let max_line_bytes = map.u64("max_line_bytes", true).unwrap_or(1 << 20) as usize;
+        let read_block_bytes = map.u64("read_block_bytes", true).unwrap_or(256 << 10) as usize;
+        if max_line_bytes < 64 {
+            if let Some(n) = map.get("max_line_bytes") {
+                n.error("`max_line_bytes` must be at least 64");
+            }
+        }
+        if !(4096..=64 << 20).contains(&read_block_bytes) {
+            if let Some(n) = map.get("read_block_bytes") {
+                n.error("`read_block_bytes` must be between 4096 and 64MiB");
+            }
+        }
+        Some(Self {
+            include,
+            exclude,
+            read_from,
+            max_line_bytes: max_line_bytes.clamp(64, 1 << 30),
+            partial_line_timeout: Duration::from_millis(
+                map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
+            ),
+            read_block_bytes: read_block_bytes.clamp(4096, 64 << 20),
+        })
+    }
+}
+
+fn glob_of(n: petrel_core::config::Node<'_>, p: &str) -> Option<String> {
+    let abs = crate::config::resolve_path(n, p)
+        .to_string_lossy()
+        .into_owned();
+    if !discovery::is_clean_absolute(&abs) {
+        n.error(format!("include glob `{p}` must not contain `..`"));
+        return None;
+    }
+    match discovery::compile_glob(&abs) {
+        Ok(_) => Some(abs),
+        Err(e) => {
+            n.error(format!(
+                "invalid glob `{p}`: {}; check brackets and braces",
+                e.kind()
+            ));
+            None
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Reading one file for one source: large blocks, SIMD line splitting, and
+//! batches whose events are spans of the block just read.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use petrel_core::plugin::Emitter;
+use petrel_core::{BatchAck, Event, EventBatch, PipelineBudget, SourceInfo, Span};
+use prometheus_client::metrics::counter::Counter;
+
+use super::identity::{FileId, Fingerprint};
+use super::tracker::OffsetTracker;
+
+/// Settings and handles shared by all readers of one source.
+pub struct ReadContext {
+    /// Block size of one read.
+    pub block_bytes: usize,
+    /// Lines longer than this are split into pieces.
+    pub max_line_bytes: usize,
+    /// A last line without newline is emitted after the file stopped
+    /// growing for this long.
+    pub partial_line_timeout: std::time::Duration,
+    /// Where batches go.
+    pub emitter: Arc<dyn Emitter>,
+    /// Memory budget of the pipeline.
+    pub budget: Arc<PipelineBudget>,
+    /// Events emitted.
+    pub sent_events: Counter,
+    /// Bytes read (lines with their newlines).
+    pub sent_bytes: Counter,
+    /// Lines split because they exceeded `max_line_bytes`.
+    pub split_lines: Counter,
+    /// Pauses because the memory budget was full.
+    pub pauses: Counter,
+    /// Read errors.
+    pub read_errors: Counter,
+    /// Files found truncated (copytruncate) and re-read from 0.
+    pub truncations: Counter,
+}
+
+/// Why a read turn ended.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Turn {
+    /// Read something and may have more.
+    More,
+    /// Reached the end of the file.
+    Eof,
+    /// The memory budget is full; try again later.
+    Paused,
+    /// The file could not be read.
+    Failed,
+}
+
+/// State of one open file.
+pub struct FileReader {
+    /// Identity.
+    pub id: FileId,
+    /// Where the file was last seen.
+    pub path: PathBuf,
+    /// Fingerprint of its first bytes.
+    pub fingerprint: Fingerprint,
+    source: Arc<SourceInfo>,
+    file: Option<File>,
+    /// Next byte to read.
+    offset: u64,
+    /// Bytes after the last newline read so far; they start at
+    /// `offset - carry.len()`.
+    carry: Vec<u8>,
+    /// Last size seen.
+    pub size: u64,
+    last_growth: Instant,
+    /// Delivery tracking.
+    pub tracker: Arc<OffsetTracker>,
+    /// Worth reading (inotify said modified, or not at EOF yet).
+    pub dirty: bool,
+    /// No longer at a path that matches (renamed away or deleted) since.
+    pub detached_since: Option<Instant>,
+    /// True once the file was found with no links left.
+    pub deleted: bool,
+}
+
+impl FileReader {
+    /// Opens `path` at `offset`.
+    pub fn open(
+        path: PathBuf,
+        offset: u64,
+        fingerprint: Fingerprint,
+        file: File,
+        id: FileId,
+    ) -> Self {
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let source = Arc::new(SourceInfo {
+            path: path.to_string_lossy().into(),
+        });
+        let mut r = Self {
+            id,
+            path,
+            fingerprint,
+            source,
+            file: Some(file),
+            offset,
+            carry: Vec::new(),
+            size,
+            last_growth: Instant::now(),
+            tracker: Arc::new(OffsetTracker::new(offset)),
+            dirty: true,
+            detached_since: None,
+            deleted: false,
+        };
+        r.seek(offset);
+        r
+    }
+
+    fn seek(&mut self, offset: u64) {
+        if let Some(f) = self.file.as_mut() {
+            if f.seek(SeekFrom::Start(offset)).is_err() {
+                self.file = None;
+            }
+        }
+        self.offset = offset;
+        self.carry.clear();
+    }
+
+    /// Next byte to read.
+    pub fn read_offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// True while the file is open.
+    pub fn is_open(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Closes the file; its tracker lives on until in-flight batches answer.
+    pub fn close(&mut self) {
+        self.file = None;
+    }
+
+    /// Updates the path after a rename within the matched set.
+    pub fn set_path(&mut self, path: PathBuf) {
+        if path != self.path {
+            self.source = Arc::new(SourceInfo {
+                path: path.to_string_lossy().into(),
+            });
+            self.path = path;
+        }
+    }
+
+    /// Checks size, links and fingerprint; handles truncation and rewrites
+    /// (copytruncate) by starting over from offset 0.
+    pub fn refresh(&mut self, ctx: &ReadContext) {
+        let Some(f) = self.file.as_ref() else { return };
+        let Ok(meta) = f.metadata() else {
+            ctx.read_errors.inc();
+            return;
+        };
+        if meta.nlink() == 0 {
+            self.deleted = true;
+        }
+        let size = meta.len();
+        let truncated = size < self.offset
+            || (self.fingerprint.len > 0 && !self.fingerprint.matches(f).unwrap_or(true));
+        if truncated {
+            tracing::info!(path = %self.path.display(), old_offset = self.offset, size,
+                "file truncated or rewritten (copytruncate?); reading it again from the start");
+            ctx.truncations.inc();
+            // Batches of the old content still in flight must not move the
+            // new content's committed offset: start a fresh tracker.
+            self.tracker = Arc::new(OffsetTracker::new(0));
+            self.fingerprint = Fingerprint::read(f, size).unwrap_or_default();
+            self.seek(0);
+            self.dirty = true;
+        } else if self.fingerprint.is_partial() && size > self.fingerprint.len as u64 {
+            if let Ok(fp) = Fingerprint::read(f, size) {
+                self.fingerprint = fp;
+            }
+        }
+        if size != self.size {
+            self.size = size;
+            self.dirty = true;
+        }
+    }
+
+    /// Reads up to `max_blocks` blocks and emits their complete lines.
+    pub fn read_turn(&mut self, ctx: &ReadContext, max_blocks: usize) -> Turn {
+        if self.tracker.failed() {
+            // A sink refused a batch: read again from the last delivered
+            // offset (at-least-once).
+            let at = self.tracker.committed();
+            tracing::warn!(path = %self.path.display(), offset = at, "delivery failed; re-reading");
+            self.tracker.rewound();
+            self.seek(at);
+        }
+        for _ in 0..max_blocks {
+            let Some(file) = self.file.as_mut() else {
+                return Turn::Failed;
+            };
+            let size = match file.metadata() {
+                Ok(m) => m.len(),
+                Err(_) => {
+                    ctx.read_errors.inc();
+                    return Turn::Failed;
+                }
+            };
+            if size < self.offset {
+                return Turn::More; // truncated: refresh() handles it
+            }
+            if size > self.size {
+                self.size = size;
+            }
+            let avail = size - self.offset;
+            if avail == 0 {
+                return self.at_eof(ctx);
+            }
+            let want = (avail as usize).min(ctx.block_bytes);
+            let total = self.carry.len() + want;
+            let Some(mut charge) = ctx.budget.try_charge(total) else {
+                ctx.pauses.inc();
+                return Turn::Paused;
+            };
+            let mut buf = Vec::with_capacity(total);
+            buf.extend_from_slice(&self.carry);
+            let carry_len = self.carry.len();
+            // read_to_end on a Take fills the spare capacity without zeroing
+            // it first and stops at `want` without an extra probe read.
+            let n = match file.take(want as u64).read_to_end(&mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(path = %self.path.display(), error = %e, "read failed");
+                    ctx.read_errors.inc();
+                    return Turn::Failed;
+                }
+            };
+            if n == 0 {
+                return self.at_eof(ctx);
+            }
+            self.offset += n as u64;
+            self.last_growth = Instant::now();
+            self.carry.clear();
+            let start_offset = self.offset - buf.len() as u64;
+            let complete = match memchr::memrchr(b'\n', &buf[carry_len..]) {
+                Some(i) => carry_len + i + 1,
+                None if buf.len() >= ctx.max_line_bytes => {
+                    // A line longer than the limit with no end in sight: emit
+                    // whole pieces now and keep the remainder.
+                    buf.len() - buf.len() % ctx.max_line_bytes
+                }
+                None => 0,
+            };
+            self.carry.extend_from_slice(&buf[complete..]);
+            buf.truncate(complete);
+            if complete == 0 {
+                continue;
+            }
+            charge.shrink_to(buf.capacity());
+            self.emit(ctx, buf, start_offset, charge, false);
+        }
+        Turn::More
+    }
+
+    fn at_eof(&mut self, ctx: &ReadContext) -> Turn {
+        if !self.carry.is_empty() && self.last_growth.elapsed() >= ctx.partial_line_timeout {
+            // The writer left a last line without newline and stopped.
+            let buf = std::mem::take(&mut self.carry);
+            let start = self.offset - buf.len() as u64;
+            let charge = ctx.budget.force_charge(buf.len());
+            self.emit(ctx, buf, start, charge, true);
+        }
+        Turn::Eof
+    }
+
+    /// True when a partial last line is waiting for its newline.
+    pub fn has_partial(&self) -> bool {
+        !self.carry.is_empty()
+    }
+
+    fn emit(
+        &mut self,
+        ctx: &ReadContext,
+        buf: Vec<u8>,
+        start_offset: u64,
+        charge: petrel_core::MemoryCharge,
+        unterminated: bool,
+    ) {
+        let len = buf.len();
+        let mut events = Vec::with_capacity(len / 64 + 1);
+        let mut split = 0u64;
+        let max = ctx.max_line_bytes;
+        let mut push_line = |s: usize, e: usize, events: &mut Vec<Event>| {
+            if e - s <= max {
+                events.push(Event::from_span(Span::new(s, e - s)));
+            } else {
+                split += 1;
+                let mut p = s;
+                while p < e {
+                    let q = (p + max).min(e);
+                    events.push(Event::from_span(Span::new(p, q - p)));
+                    p = q;
+                }
+            }
+        };
+        let mut s = 0;
+        for nl in memchr::memchr_iter(b'\n', &buf) {
+            push_line(s, nl, &mut events);
+            s = nl + 1;
+        }
+        if s < len {
+            // Pieces of an over-long line, or a timed-out partial line.
+            if !unterminated && len - s >= max {
+                split += 1;
+            }
+            let mut p = s;
+            while p < len {
+                let q = (p + max).min(len);
+                events.push(Event::from_span(Span::new(p, q - p)));
+                p = q;
+            }
+        }
+        if split > 0 {
+            ctx.split_lines.inc_by(split);
+        }
+        let end = start_offset + len as u64;
+        let seq = self.tracker.register(end);
+        let n = events.len() as u64;
+        let mut batch = EventBatch::new(Bytes::from(buf), self.source.clone());
+        batch.events = events;
+        batch.input_bytes = len as u64;
+        batch.ack = Some(BatchAck::start(self.tracker.clone(), seq));
+        batch.charge = charge;
+        ctx.sent_events.inc_by(n);
+        ctx.sent_bytes.inc_by(len as u64);
+        ctx.emitter.emit(batch);
+    }
+}

@@ -1,0 +1,163 @@
+//! Wiring pipelines onto the shared threads: one input thread for all file
+//! sources, `--threads` processing workers, and one sink runtime whose
+//! tasks deliver and acknowledge.
+
+pub mod workers;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use petrel_core::{MemoryBudget, Metrics, PipelineBudget};
+
+use crate::config::PipelineConfig;
+use crate::sources::file::reader::ReadContext;
+use crate::sources::file::service::{FileService, ServiceOptions, SourceSpec};
+use crate::sources::SourceConfig;
+use workers::{PipelineRuntime, ProcessorSlot, SinkSlot, WorkerPool};
+
+/// Settings of `petrel run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Checkpoints and other state.
+    pub data_dir: PathBuf,
+    /// Processing workers.
+    pub threads: usize,
+    /// Bytes of in-flight data for the whole process.
+    pub memory_limit: usize,
+    /// Upper bound on draining at shutdown.
+    pub shutdown_timeout: Duration,
+}
+
+/// The smallest share of the memory limit a pipeline gets, so that with
+/// many pipelines each can still keep a couple of read blocks in flight.
+const MIN_PIPELINE_BUDGET: usize = 512 << 10;
+
+/// A running set of pipelines.
+pub struct Topology {
+    files: Option<FileService>,
+    pool: Option<WorkerPool>,
+    runtime: Option<tokio::runtime::Runtime>,
+    sink_tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The process-wide memory budget.
+    pub budget: Arc<MemoryBudget>,
+}
+
+impl Topology {
+    /// Builds and starts every pipeline. `runtime` runs the sinks (and may
+    /// run other tasks, such as the API server).
+    pub fn start(
+        pipelines: &[PipelineConfig],
+        opts: &RunOptions,
+        metrics: Arc<Metrics>,
+        budget: Arc<MemoryBudget>,
+        runtime: tokio::runtime::Runtime,
+    ) -> anyhow::Result<Self> {
+        metrics.memory_limit.set(opts.memory_limit as i64);
+        let per_pipeline = (opts.memory_limit / pipelines.len().max(1))
+            .max(MIN_PIPELINE_BUDGET)
+            .min(opts.memory_limit);
+        let pool = WorkerPool::start(opts.threads)?;
+        let mut sink_tasks = Vec::new();
+        let mut specs = Vec::new();
+        for p in pipelines {
+            let pbudget = PipelineBudget::new(budget.clone(), per_pipeline);
+            let mut processors = Vec::new();
+            for (id, c) in &p.processors {
+                let m = metrics.component(&p.name, "processor", id, c.type_name());
+                processors.push(ProcessorSlot {
+                    processor: c.build(m.clone())?,
+                    metrics: m,
+                });
+            }
+            let mut sinks = Vec::new();
+            for (id, c) in &p.sinks {
+                let m = metrics.component(&p.name, "sink", id, c.type_name());
+                let sink = c
+                    .build(m.clone())
+                    .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                sink_tasks.push(runtime.spawn(sink.clone().run(rx)));
+                sinks.push(SinkSlot {
+                    sink,
+                    tx,
+                    metrics: m,
+                });
+            }
+            let rt = Arc::new(PipelineRuntime {
+                name: p.name.clone(),
+                processors,
+                sinks,
+                budget: pbudget.clone(),
+            });
+            for (id, c) in &p.sources {
+                let m = metrics.component(&p.name, "source", id, c.type_name());
+                match c {
+                    SourceConfig::File(fc) => specs.push(SourceSpec {
+                        key: format!("{}/{id}", p.name),
+                        pipeline: p.name.clone(),
+                        config: fc.clone(),
+                        ctx: ReadContext {
+                            block_bytes: fc.read_block_bytes,
+                            max_line_bytes: fc.max_line_bytes,
+                            partial_line_timeout: fc.partial_line_timeout,
+                            emitter: pool.emitter(rt.clone()),
+                            budget: pbudget.clone(),
+                            sent_events: m.sent_events.clone(),
+                            sent_bytes: m.sent_bytes.clone(),
+                            split_lines: m.error_counter("line_too_long"),
+                            pauses: metrics
+                                .backpressure_pauses
+                                .get_or_create(&vec![("pipeline".to_string(), p.name.clone())])
+                                .clone(),
+                            read_errors: m.error_counter("read_failed"),
+                            truncations: m.error_counter("file_truncated"),
+                        },
+                    }),
+                }
+            }
+        }
+        let files = FileService::start(
+            specs,
+            ServiceOptions {
+                data_dir: opts.data_dir.clone(),
+                rescan_interval: Duration::from_secs(10),
+                poll_interval: Duration::from_secs(1),
+                checkpoint_interval: Duration::from_secs(1),
+                deleted_file_timeout: Duration::from_secs(60),
+                rotated_file_idle: Duration::from_secs(5),
+                shutdown_timeout: opts.shutdown_timeout,
+            },
+            metrics.clone(),
+        )?;
+        Ok(Self {
+            files: Some(files),
+            pool: Some(pool),
+            runtime: Some(runtime),
+            sink_tasks,
+            budget,
+        })
+    }
+
+    /// Stops reading, drains in-flight data to the sinks (bounded), writes
+    /// the final checkpoint, and stops every thread.
+    pub fn shutdown(mut self) {
+        if let Some(f) = self.files.take() {
+            f.shutdown();
+        }
+        // Dropping the pool's queue and the pipelines' sink senders lets
+        // each sink finish what it holds and return.
+        if let Some(p) = self.pool.take() {
+            p.join();
+        }
+        if let Some(rt) = self.runtime.take() {
+            let tasks = std::mem::take(&mut self.sink_tasks);
+            rt.block_on(async {
+                for t in tasks {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+                }
+            });
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}

@@ -117,6 +117,17 @@ impl MemoryCharge {
         self.bytes
     }
 
+    /// Adds `other`'s bytes to this charge (both must come from the same
+    /// budget, or `self` must be empty).
+    pub fn merge(&mut self, mut other: MemoryCharge) {
+        if self.budget.is_none() {
+            std::mem::swap(self, &mut other);
+            return;
+        }
+        self.bytes += other.bytes;
+        other.bytes = 0;
+    }
+
     /// Gives back all but `keep` bytes early (e.g. a read buffer that turned
     /// out shorter than reserved).
     pub fn shrink_to(&mut self, keep: usize) {

@@ -327,6 +327,13 @@ impl FileReader {
         let end = start_offset + len as u64;
         let seq = self.tracker.register(end);
         let n = events.len() as u64;
+        // Event descriptors cost memory too (about half the data for short
+        // lines), so they count against the budget like the buffer.
+        let mut charge = charge;
+        let extra = ctx
+            .budget
+            .force_charge(events.capacity() * std::mem::size_of::<Event>());
+        charge.merge(extra);
         let mut batch = EventBatch::new(Bytes::from(buf), self.source.clone());
         batch.events = events;
         batch.input_bytes = len as u64;

@@ -231,9 +231,10 @@ impl Input {
     }
 
     fn mark_modified(&mut self, paths: &[PathBuf]) {
+        let paths: std::collections::HashSet<&PathBuf> = paths.iter().collect();
         for src in &mut self.sources {
             for r in src.readers.values_mut() {
-                if paths.iter().any(|p| *p == r.path) {
+                if paths.contains(&r.path) {
                     r.dirty = true;
                 }
             }

@@ -170,6 +170,16 @@ impl EventBatch {
         }
     }
 
+    /// Bytes of field `name` of `ev`, counting the batch's source path as
+    /// the `file` field unless a processor set one.
+    pub fn field_bytes<'a>(&'a self, ev: &'a Event, name: &str) -> Option<&'a [u8]> {
+        match ev.get(name) {
+            Some(v) => self.bytes_of(v),
+            None if name == "file" => Some(self.source.path.as_bytes()),
+            None => None,
+        }
+    }
+
     /// Bytes of `value` in this batch's buffer, for text-like values.
     #[inline]
     pub fn bytes_of<'a>(&'a self, value: &'a Value) -> Option<&'a [u8]> {

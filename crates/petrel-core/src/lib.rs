@@ -13,9 +13,10 @@ pub mod event;
 pub mod memory;
 pub mod metrics;
 pub mod plugin;
+pub mod timestamp;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};
 pub use event::{Event, EventBatch, Key, SourceInfo, Span, Value};
 pub use memory::{MemoryBudget, MemoryCharge, PipelineBudget};
-pub use metrics::{ComponentMetrics, Metrics};
+pub use metrics::{ComponentMetrics, DeliveryMetrics, Metrics};

@@ -11,6 +11,7 @@ use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 /// Label pairs of a metric sample.
@@ -43,6 +44,28 @@ pub struct Metrics {
     pub memory_limit: Gauge,
     /// Times a reader paused because its memory budget was full.
     pub backpressure_pauses: Family<Labels, Counter>,
+    retried_events: Family<Labels, Counter>,
+    in_flight: Family<Labels, Gauge>,
+    window: Family<Labels, Gauge>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+/// Buckets of the delivery latency histogram: 1 ms to about 65 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Counters and gauges of a sink's delivery loop.
+#[derive(Clone, Debug)]
+pub struct DeliveryMetrics {
+    /// Events sent again after a failed attempt.
+    pub retried_events: Counter,
+    /// Payloads (batches) being delivered now.
+    pub in_flight: Gauge,
+    /// Current congestion window, in payloads.
+    pub window: Gauge,
+    /// Seconds from hand-over to the sink until acknowledged delivery.
+    pub latency: Histogram,
 }
 
 /// Counters of one component (source, processor or sink) in one pipeline.
@@ -86,6 +109,10 @@ impl Metrics {
             memory_used: Gauge::default(),
             memory_limit: Gauge::default(),
             backpressure_pauses: Family::default(),
+            retried_events: Family::default(),
+            in_flight: Family::default(),
+            window: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
             registry: Mutex::new(Registry::default()),
         };
         r.register(
@@ -155,6 +182,26 @@ impl Metrics {
             "Times a source paused because its memory budget was full",
             m.backpressure_pauses.clone(),
         );
+        r.register(
+            "component_retried_events",
+            "Events sent again after a failed delivery attempt",
+            m.retried_events.clone(),
+        );
+        r.register(
+            "component_in_flight_batches",
+            "Batches a sink is delivering now",
+            m.in_flight.clone(),
+        );
+        r.register(
+            "component_window_batches",
+            "Congestion window of a sink, in batches",
+            m.window.clone(),
+        );
+        r.register(
+            "component_delivery_latency_seconds",
+            "Time from hand-over to a sink until acknowledged delivery",
+            m.latency.clone(),
+        );
         *m.registry.lock() = r;
         Arc::new(m)
     }
@@ -221,6 +268,17 @@ impl ComponentMetrics {
         let mut l = self.labels.clone();
         l.push(("error_type".into(), error_type.into()));
         self.metrics.errors.get_or_create(&l).clone()
+    }
+
+    /// Handles for a sink's delivery loop.
+    pub fn delivery(&self) -> DeliveryMetrics {
+        let m = &self.metrics;
+        DeliveryMetrics {
+            retried_events: m.retried_events.get_or_create(&self.labels).clone(),
+            in_flight: m.in_flight.get_or_create(&self.labels).clone(),
+            window: m.window.get_or_create(&self.labels).clone(),
+            latency: m.latency.get_or_create(&self.labels).clone(),
+        }
     }
 
     /// The labels identifying this component.

@@ -6,6 +6,7 @@
 //! asynchronous task on the shared sink runtime that performs I/O and
 //! acknowledges each [`Payload`] once its data is delivered.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,20 +21,44 @@ pub trait Processor: Send + Sync {
     fn process(&self, batch: &mut EventBatch);
 }
 
+/// What a sink's encoder produces for one batch.
+#[derive(Default)]
+pub struct Encoded {
+    /// The encoded records, back to back.
+    pub bytes: Vec<u8>,
+    /// End offset of each record in `bytes`, for sinks that send events as
+    /// separate messages.
+    pub record_ends: Vec<u32>,
+    /// Sink-specific data computed on the processing pool (for example
+    /// per-record routing), read back by the same sink's delivery task.
+    pub attachment: Option<Box<dyn Any + Send + Sync>>,
+    /// Values that were not valid UTF-8 and were written with U+FFFD.
+    pub invalid_utf8: u64,
+}
+
+impl std::fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoded")
+            .field("bytes", &self.bytes.len())
+            .field("records", &self.record_ends.len())
+            .finish()
+    }
+}
+
 /// Encoded data of one batch for one sink.
 #[derive(Debug)]
 pub struct Payload {
-    /// The encoded records, back to back.
-    pub bytes: Vec<u8>,
-    /// End offset of each record in `bytes`, when the sink asked for them.
-    pub record_ends: Vec<u32>,
+    /// The encoded data.
+    pub data: Encoded,
     /// Number of events encoded.
     pub events: u64,
+    /// Input bytes (lines with newlines) the events came from.
+    pub input_bytes: u64,
     /// Where the batch came from.
     pub source: Arc<SourceInfo>,
     /// Answer after delivery; dropping it reports a failure.
     pub ack: AckPart,
-    /// Memory held by `bytes`.
+    /// Memory held by the encoded data.
     pub charge: MemoryCharge,
 }
 
@@ -45,10 +70,9 @@ pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// A destination for events.
 pub trait Sink: Send + Sync + 'static {
-    /// Encodes `batch` into `out` (and `record_ends` if this sink sends
-    /// records separately). Runs on the processing pool. Returns the number
-    /// of values that were not valid UTF-8 and were replaced.
-    fn encode(&self, batch: &EventBatch, out: &mut Vec<u8>, record_ends: &mut Vec<u32>) -> u64;
+    /// Encodes `batch` into `out`. Runs on the processing pool, so the CPU
+    /// work of serialisation scales with `--threads`.
+    fn encode(&self, batch: &EventBatch, out: &mut Encoded);
 
     /// Delivers payloads until the queue closes, acknowledging each after
     /// delivery. Returning ends the sink.

@@ -207,8 +207,12 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     };
     // Sinks only do I/O and hand writes to the blocking pool; one runtime
     // thread serves every sink and the API.
+    // Blocking writes are short; a small cap keeps the thread count fixed
+    // even with a thousand file sinks, while one stalled destination still
+    // leaves the others room.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .max_blocking_threads(8)
         .thread_name("petrel-sink")
         .enable_all()
         .build()?;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use petrel_core::config::Map;
-use petrel_core::plugin::{BoxFuture, PayloadReceiver, Sink};
+use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
 
 /// Keys accepted by the blackhole sink.
@@ -34,11 +34,9 @@ impl BlackholeSink {
 }
 
 impl Sink for BlackholeSink {
-    fn encode(&self, batch: &EventBatch, _out: &mut Vec<u8>, _ends: &mut Vec<u32>) -> u64 {
-        // Nothing is written, so nothing is encoded; the input size stands in
-        // for the bytes "sent".
-        let _ = batch;
-        0
+    fn encode(&self, _batch: &EventBatch, _out: &mut Encoded) {
+        // Nothing is written, so nothing is encoded; the input size stands
+        // in for the bytes "sent".
     }
 
     fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
@@ -47,6 +45,7 @@ impl Sink for BlackholeSink {
             while rx.recv_many(&mut buf, 256).await > 0 {
                 for p in buf.drain(..) {
                     self.metrics.sent_events.inc_by(p.events);
+                    self.metrics.sent_bytes.inc_by(p.input_bytes);
                     p.ack.ack();
                 }
             }

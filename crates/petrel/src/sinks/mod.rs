@@ -5,8 +5,12 @@
 //! after its data reached the destination.
 
 pub mod blackhole;
+pub mod congestion;
 pub mod file;
+pub mod http;
+pub mod kafka;
 pub mod stdout;
+pub mod template;
 mod writer;
 
 use std::sync::Arc;
@@ -17,7 +21,7 @@ use petrel_core::plugin::Sink;
 use petrel_core::ComponentMetrics;
 
 /// Sink types that can appear in `sinks:`.
-pub const SINK_TYPES: &[&str] = &["file", "stdout", "blackhole"];
+pub const SINK_TYPES: &[&str] = &["file", "stdout", "blackhole", "kafka", "http"];
 
 /// A parsed sink entry.
 #[derive(Debug, Clone)]
@@ -28,6 +32,10 @@ pub enum SinkConfig {
     Stdout(stdout::StdoutSinkConfig),
     /// Counts and discards.
     Blackhole(blackhole::BlackholeSinkConfig),
+    /// Produces to Kafka.
+    Kafka(Box<kafka::KafkaSinkConfig>),
+    /// POSTs to an HTTP endpoint.
+    Http(Box<http::HttpSinkConfig>),
 }
 
 impl SinkConfig {
@@ -37,6 +45,8 @@ impl SinkConfig {
             SinkConfig::File(_) => "file",
             SinkConfig::Stdout(_) => "stdout",
             SinkConfig::Blackhole(_) => "blackhole",
+            SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::Http(_) => "http",
         }
     }
 
@@ -46,6 +56,8 @@ impl SinkConfig {
             SinkConfig::File(c) => Arc::new(file::FileSink::new(c, metrics)?),
             SinkConfig::Stdout(c) => Arc::new(stdout::StdoutSink::new(c, metrics)),
             SinkConfig::Blackhole(_) => Arc::new(blackhole::BlackholeSink::new(metrics)),
+            SinkConfig::Kafka(c) => Arc::new(kafka::KafkaSink::new(c, metrics)?),
+            SinkConfig::Http(c) => Arc::new(http::HttpSink::new(c, metrics)?),
         })
     }
 }
@@ -60,6 +72,10 @@ pub fn parse(node: Node<'_>) -> Option<SinkConfig> {
         }
         "blackhole" => blackhole::BlackholeSinkConfig::parse(node.as_map(blackhole::KEYS)?)
             .map(SinkConfig::Blackhole),
+        "kafka" => kafka::KafkaSinkConfig::parse(node.as_map(kafka::KEYS)?)
+            .map(|c| SinkConfig::Kafka(Box::new(c))),
+        "http" => http::HttpSinkConfig::parse(node.as_map(http::KEYS)?)
+            .map(|c| SinkConfig::Http(Box::new(c))),
         _ => None,
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use petrel_core::config::Map;
 use petrel_core::encode::{encode_batch, Encoding};
-use petrel_core::plugin::{BoxFuture, PayloadReceiver, Sink};
+use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
 
 use super::writer::{self, Target};
@@ -66,8 +66,8 @@ impl Target for Stdout {
 }
 
 impl Sink for StdoutSink {
-    fn encode(&self, batch: &EventBatch, out: &mut Vec<u8>, _ends: &mut Vec<u32>) -> u64 {
-        encode_batch(self.encoding, batch, out, None).invalid_utf8
+    fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
+        out.invalid_utf8 = encode_batch(self.encoding, batch, &mut out.bytes, None).invalid_utf8;
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {

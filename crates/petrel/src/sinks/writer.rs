@@ -61,7 +61,7 @@ pub async fn run<T: Target>(
         }
         for p in batch.drain(..) {
             m.sent_events.inc_by(p.events);
-            m.sent_bytes.inc_by(p.bytes.len() as u64);
+            m.sent_bytes.inc_by(p.data.bytes.len() as u64);
             p.ack.ack();
         }
     }
@@ -69,7 +69,7 @@ pub async fn run<T: Target>(
 
 fn write_all<T: Target>(target: &mut T, work: &[Payload], sync: bool) -> std::io::Result<()> {
     for p in work {
-        target.write_all(&p.bytes)?;
+        target.write_all(&p.data.bytes)?;
     }
     target.flush()?;
     if sync {

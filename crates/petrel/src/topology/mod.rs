@@ -13,6 +13,7 @@ use petrel_core::{MemoryBudget, Metrics, PipelineBudget};
 use crate::config::PipelineConfig;
 use crate::sources::file::reader::ReadContext;
 use crate::sources::file::service::{FileService, ServiceOptions, SourceSpec};
+use crate::sinks::SinkConfig;
 use crate::sources::SourceConfig;
 use workers::{PipelineRuntime, ProcessorSlot, SinkSlot, WorkerPool};
 
@@ -32,6 +33,22 @@ pub struct RunOptions {
 /// The smallest share of the memory limit a pipeline gets, so that with
 /// many pipelines each can still keep a couple of read blocks in flight.
 const MIN_PIPELINE_BUDGET: usize = 512 << 10;
+
+/// Globs matching the files this agent writes itself. A file source whose
+/// include pattern also matches a file sink's output would read its own
+/// output forever, growing it without end; such files are always excluded.
+fn own_output_globs(pipelines: &[PipelineConfig]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in pipelines {
+        for (_, s) in &p.sinks {
+            if let SinkConfig::File(f) = s {
+                let path = std::path::absolute(&f.path).unwrap_or_else(|_| f.path.clone());
+                out.push(globset::escape(&path.to_string_lossy()));
+            }
+        }
+    }
+    out
+}
 
 /// A running set of pipelines.
 pub struct Topology {
@@ -57,6 +74,7 @@ impl Topology {
         let per_pipeline = (opts.memory_limit / pipelines.len().max(1))
             .max(MIN_PIPELINE_BUDGET)
             .min(opts.memory_limit);
+        let own_outputs = own_output_globs(pipelines);
         let pool = WorkerPool::start(opts.threads)?;
         let mut sink_tasks = Vec::new();
         let mut specs = Vec::new();
@@ -96,7 +114,11 @@ impl Topology {
                     SourceConfig::File(fc) => specs.push(SourceSpec {
                         key: format!("{}/{id}", p.name),
                         pipeline: p.name.clone(),
-                        config: fc.clone(),
+                        config: {
+                            let mut fc = fc.clone();
+                            fc.exclude.extend(own_outputs.iter().cloned());
+                            fc
+                        },
                         ctx: ReadContext {
                             block_bytes: fc.read_block_bytes,
                             max_line_bytes: fc.max_line_bytes,

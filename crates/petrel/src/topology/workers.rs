@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
-use petrel_core::plugin::{Emitter, Payload, Processor, Sink};
+use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
 use petrel_core::{ComponentMetrics, EventBatch, PipelineBudget};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -62,9 +62,8 @@ impl WorkerPool {
                 std::thread::Builder::new()
                     .name(format!("petrel-worker-{i}"))
                     .spawn(move || {
-                        let mut scratch = Scratch::default();
-                        while let Ok((p, batch)) = rx.recv() {
-                            run_pipeline(&p, batch, &mut scratch);
+                                                while let Ok((p, batch)) = rx.recv() {
+                            run_pipeline(&p, batch);
                         }
                     })?,
             );
@@ -107,12 +106,7 @@ impl Emitter for PipelineEmitter {
     }
 }
 
-#[derive(Default)]
-struct Scratch {
-    ends: Vec<u32>,
-}
-
-fn run_pipeline(p: &PipelineRuntime, mut batch: EventBatch, scratch: &mut Scratch) {
+fn run_pipeline(p: &PipelineRuntime, mut batch: EventBatch) {
     for slot in &p.processors {
         let before = batch.events.len() as u64;
         slot.metrics.received_events.inc_by(before);
@@ -131,18 +125,22 @@ fn run_pipeline(p: &PipelineRuntime, mut batch: EventBatch, scratch: &mut Scratc
         let events = batch.events.len() as u64;
         slot.metrics.received_events.inc_by(events);
         // Room for the data plus framing; the Vec grows if needed.
-        let mut out = Vec::with_capacity(batch.buf.len() + batch.events.len() * 2 + 64);
-        scratch.ends.clear();
-        let invalid = slot.sink.encode(&batch, &mut out, &mut scratch.ends);
-        if invalid > 0 {
-            slot.metrics.error("invalid_utf8", invalid);
+        let mut out = Encoded {
+            bytes: Vec::with_capacity(batch.buf.len() + batch.events.len() * 2 + 64),
+            ..Encoded::default()
+        };
+        slot.sink.encode(&batch, &mut out);
+        if out.invalid_utf8 > 0 {
+            slot.metrics.error("invalid_utf8", out.invalid_utf8);
         }
-        slot.metrics.received_bytes.inc_by(out.len() as u64);
-        let charge = p.budget.force_charge(out.capacity());
+        slot.metrics.received_bytes.inc_by(out.bytes.len() as u64);
+        let charge = p
+            .budget
+            .force_charge(out.bytes.capacity() + out.record_ends.capacity() * 4);
         let payload = Payload {
-            bytes: out,
-            record_ends: std::mem::take(&mut scratch.ends),
+            data: out,
             events,
+            input_bytes: batch.input_bytes,
             source: batch.source.clone(),
             ack,
             charge,

@@ -1,0 +1,354 @@
+//! `type: filter` — keeps or drops events by regular expressions on fields.
+//!
+//! ```yaml
+//! processors:
+//!   - type: filter
+//!     include:            # every one must match (AND)
+//!       level: "^(error|warn)$"
+//!       file: "payment"
+//!     exclude:            # none may match
+//!       message: "healthcheck|/ping"
+//! ```
+//!
+//! An event is kept when **all** `include` regexes match their fields and
+//! **no** `exclude` regex matches its field; at least one of the two maps
+//! is required. A missing field matches nothing: it fails `include` and
+//! passes `exclude`. Regexes are searched anywhere in the value (write `^`
+//! and `$` to anchor them) with the syntax of the Rust `regex` crate; use
+//! `(?i)` for case-insensitive matching. They run on the raw bytes of text
+//! values, so values that are not valid UTF-8 can still match (`.` does not
+//! match an invalid byte). Numbers and booleans (from `parse_json`) match
+//! against their JSON text (`200`, `1.5`, `true`); `null`, arrays and
+//! objects match nothing. `message` is the raw event text; `file` is the
+//! source file's path unless a processor set a `file` field.
+//!
+//! Dropped events are counted in
+//! `petrel_component_discarded_events_total{reason="filtered"}`; they are
+//! not errors.
+
+use std::io::Write;
+
+use petrel_core::config::{Map, Node};
+use petrel_core::plugin::Processor;
+use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
+use prometheus_client::metrics::counter::Counter;
+use regex::bytes::Regex;
+
+use super::fields::{free_map, leak_name};
+
+/// Keys accepted.
+pub const KEYS: &[&str] = &["type", "id", "include", "exclude"];
+
+/// Configuration: field names and their compiled regexes, in file order.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Must all match.
+    pub include: Vec<(String, Regex)>,
+    /// Must none match.
+    pub exclude: Vec<(String, Regex)>,
+}
+
+impl Config {
+    /// Reads `include` and `exclude`; invalid regexes are reported with the
+    /// regex engine's explanation.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let include = map.get("include").map(|n| rules(n, "include"));
+        let exclude = map.get("exclude").map(|n| rules(n, "exclude"));
+        if include.is_none() && exclude.is_none() {
+            map.node().error(
+                "`filter` needs `include` or `exclude` (a map of field name to regex), \
+                 e.g. `include: {level: \"^error$\"}`",
+            );
+            return None;
+        }
+        Some(Self {
+            include: include.unwrap_or(Some(Vec::new()))?,
+            exclude: exclude.unwrap_or(Some(Vec::new()))?,
+        })
+    }
+}
+
+/// Reads a map of field → regex; None when any entry was wrong (all are
+/// reported).
+fn rules(node: Node<'_>, what: &str) -> Option<Vec<(String, Regex)>> {
+    let mut ok = true;
+    let mut out = Vec::new();
+    for (field, value) in free_map(node, what)? {
+        let Some(pattern) = value.as_str() else {
+            ok = false;
+            continue;
+        };
+        if field.is_empty() {
+            value.error(format!("`{what}` has an empty field name"));
+            ok = false;
+            continue;
+        }
+        match Regex::new(pattern) {
+            Ok(re) => out.push((field.to_string(), re)),
+            Err(e) => {
+                value.error(format!(
+                    "invalid regex `{pattern}` for field `{field}` in `{what}`: {}",
+                    regex_error(&e)
+                ));
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+/// The running processor.
+pub struct Filter {
+    include: Vec<(&'static str, Regex)>,
+    exclude: Vec<(&'static str, Regex)>,
+    filtered: Counter,
+}
+
+impl Filter {
+    /// Builds it; `metrics` provides the `filtered` discard counter.
+    pub fn new(c: &Config, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        let leak = |rules: &[(String, Regex)]| {
+            rules
+                .iter()
+                .map(|(f, re)| (leak_name(f), re.clone()))
+                .collect()
+        };
+        Ok(Self {
+            include: leak(&c.include),
+            exclude: leak(&c.exclude),
+            filtered: metrics.discarded_counter("filtered"),
+        })
+    }
+
+    /// True when `ev` passes every rule.
+    #[inline]
+    fn keep(&self, buf: &[u8], path: &[u8], ev: &Event) -> bool {
+        let mut scratch = [0u8; 32];
+        let matches = |field: &str, re: &Regex, scratch: &mut [u8; 32]| {
+            let text = match ev.get(field) {
+                Some(v) => value_text(v, buf, scratch),
+                // Sinks write the source path as `file`; filter sees it too.
+                None if field == "file" => Some(path),
+                None => None,
+            };
+            text.is_some_and(|t| re.is_match(t))
+        };
+        self.include
+            .iter()
+            .all(|(f, re)| matches(f, re, &mut scratch))
+            && !self
+                .exclude
+                .iter()
+                .any(|(f, re)| matches(f, re, &mut scratch))
+    }
+}
+
+impl Processor for Filter {
+    fn process(&self, batch: &mut EventBatch) {
+        let EventBatch {
+            buf,
+            events,
+            source,
+            ..
+        } = batch;
+        let path = source.path.as_bytes();
+        let before = events.len();
+        events.retain(|ev| self.keep(buf, path, ev));
+        let dropped = before - events.len();
+        if dropped > 0 {
+            self.filtered.inc_by(dropped as u64);
+        }
+    }
+}
+
+/// The regex crate's error on one line (config errors are one line each):
+/// the explanation and, when it points at the pattern, the character.
+pub(crate) fn regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(what) = lines.iter().rev().find_map(|l| l.strip_prefix("error: ")) else {
+        return lines.join(" ");
+    };
+    // The rendering is: a header, the pattern indented by 4 spaces, a line
+    // of `^` under the offending part, then `error: ...`.
+    let caret = lines
+        .iter()
+        .find(|l| l.trim().starts_with('^') && l.trim().bytes().all(|c| matches!(c, b'^' | b'-')));
+    match caret.and_then(|l| l.find('^')) {
+        Some(col) if lines.len() == 4 => {
+            format!("{what} (at character {})", col.saturating_sub(4) + 1)
+        }
+        _ => what.to_string(),
+    }
+}
+
+/// The text a regex sees for `v`: the bytes of text values; numbers and
+/// booleans written as JSON into `scratch` (the form sinks show them in);
+/// None for null, arrays and objects.
+pub(crate) fn value_text<'a>(
+    v: &'a Value,
+    buf: &'a [u8],
+    scratch: &'a mut [u8; 32],
+) -> Option<&'a [u8]> {
+    use serde_json::ser::{CompactFormatter, Formatter};
+    let mut cur = std::io::Cursor::new(&mut scratch[..]);
+    let mut f = CompactFormatter;
+    // An i64 takes at most 20 bytes and a finite f64 at most 24 in this
+    // (ryu) form, so the writes below cannot run out of room.
+    let written = match v {
+        Value::Span(_) | Value::Str(_) | Value::Bytes(_) => return v.as_bytes(buf),
+        Value::Int(i) => f.write_i64(&mut cur, *i),
+        Value::Float(x) if x.is_finite() => f.write_f64(&mut cur, *x),
+        Value::Bool(b) => cur.write_all(if *b { b"true" } else { b"false" }),
+        Value::Float(_) | Value::Null | Value::Array(_) | Value::Object(_) => return None,
+    };
+    written.ok()?;
+    let n = cur.position() as usize;
+    scratch.get(..n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::processors::fields::test_support::{
+        batch_of, batch_raw, cfg_errors, metrics, parse_cfg, with_field,
+    };
+
+    fn filter(yaml: &str) -> (Filter, ComponentMetrics) {
+        let c = parse_cfg(yaml, KEYS, Config::parse).expect("config");
+        let m = metrics();
+        (Filter::new(&c, m.clone()).unwrap(), m)
+    }
+
+    #[test]
+    fn include_and_exclude() {
+        let (f, m) = filter(
+            "type: filter\ninclude:\n  message: \"err\"\n  level: \"^(error|warn)$\"\nexclude:\n  message: \"(?i)healthcheck\"\n",
+        );
+        let mut b = batch_of(&[
+            "an error happened",
+            "an error in HealthCheck",
+            "no problem",
+            "error but level missing",
+            "error with wrong level",
+            "error \u{ff} non-ascii is fine",
+        ]);
+        with_field(&mut b, 0, "level", Value::Str("error".into()));
+        with_field(&mut b, 1, "level", Value::Str("warn".into()));
+        with_field(&mut b, 2, "level", Value::Str("error".into()));
+        with_field(&mut b, 4, "level", Value::Str("info".into()));
+        with_field(&mut b, 5, "level", Value::Str("warn".into()));
+        f.process(&mut b);
+        let kept: Vec<&[u8]> = b
+            .events
+            .iter()
+            .map(|e| b.bytes_of(&e.message).unwrap())
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                &b"an error happened"[..],
+                "error \u{ff} non-ascii is fine".as_bytes()
+            ]
+        );
+        let text = m.metrics().render();
+        assert!(text.contains("reason=\"filtered\"} 4"), "{text}");
+        assert!(!text.contains("petrel_component_errors_total{"), "{text}");
+    }
+
+    #[test]
+    fn file_is_the_source_path() {
+        let (f, _) = filter("type: filter\ninclude:\n  file: \"/t\\\\.log$\"\n");
+        let mut b = batch_of(&["a", "b"]);
+        with_field(&mut b, 1, "file", Value::Str("other".into()));
+        f.process(&mut b);
+        assert_eq!(b.events.len(), 1);
+        assert!(b.events[0].get("file").is_none());
+    }
+
+    #[test]
+    fn exclude_only_missing_field_passes() {
+        let (f, _) = filter("type: filter\nexclude:\n  user: \"^bot\"\n");
+        let mut b = batch_of(&["a", "b", "c"]);
+        with_field(&mut b, 0, "user", Value::Str("bot-7".into()));
+        with_field(&mut b, 1, "user", Value::Str("alice".into()));
+        f.process(&mut b);
+        assert_eq!(b.events.len(), 2);
+    }
+
+    #[test]
+    fn numbers_booleans_bytes_and_empty() {
+        let (f, _) = filter("type: filter\ninclude:\n  status: \"^5\\\\d\\\\d$\"\n");
+        let mut b = batch_of(&["a", "b", "c", "d", "e", "f"]);
+        with_field(&mut b, 0, "status", Value::Int(503));
+        with_field(&mut b, 1, "status", Value::Int(200));
+        with_field(&mut b, 2, "status", Value::Str("502".into()));
+        with_field(&mut b, 3, "status", Value::Bytes(b"5\xff0".to_vec().into()));
+        with_field(&mut b, 4, "status", Value::Str("".into()));
+        with_field(&mut b, 5, "status", Value::Null);
+        f.process(&mut b);
+        assert_eq!(b.events.len(), 2);
+
+        let (f, _) = filter("type: filter\ninclude:\n  ok: \"true\"\n  ratio: \"^0\\\\.5$\"\n");
+        let mut b = batch_of(&["a", "b"]);
+        with_field(&mut b, 0, "ok", Value::Bool(true));
+        with_field(&mut b, 0, "ratio", Value::Float(0.5));
+        with_field(&mut b, 1, "ok", Value::Bool(false));
+        with_field(&mut b, 1, "ratio", Value::Float(0.5));
+        f.process(&mut b);
+        assert_eq!(b.events.len(), 1);
+
+        // Invalid UTF-8 bytes in the message: the regex still runs.
+        let (f, _) = filter("type: filter\ninclude:\n  message: \"x\"\n");
+        let mut b = batch_raw(b"\xffx\xfe\n\xff\xfe\n", &[(0, 3), (4, 2)]);
+        f.process(&mut b);
+        assert_eq!(b.events.len(), 1);
+    }
+
+    #[test]
+    fn big_field_and_extremes() {
+        let (f, _) = filter("type: filter\ninclude:\n  message: \"needle$\"\n");
+        let mut big = "x".repeat(1 << 20);
+        big.push_str("needle");
+        let mut b = batch_of(&[&big, &"x".repeat(1 << 20), ""]);
+        f.process(&mut b);
+        assert_eq!(b.events.len(), 1);
+        let mut s = [0u8; 32];
+        assert_eq!(
+            value_text(&Value::Int(i64::MIN), &[], &mut s),
+            Some(&b"-9223372036854775808"[..])
+        );
+        let mut s = [0u8; 32];
+        assert!(value_text(&Value::Float(-1.2345678901234567e-300), &[], &mut s).is_some());
+        let mut s = [0u8; 32];
+        assert_eq!(value_text(&Value::Float(f64::NAN), &[], &mut s), None);
+    }
+
+    #[test]
+    fn config_errors() {
+        let errs = cfg_errors("type: filter\n", KEYS, Config::parse);
+        assert!(errs[0].contains("needs `include` or `exclude`"), "{errs:?}");
+        let errs = cfg_errors(
+            "type: filter\ninclude:\n  level: \"(unclosed\"\n  x: [a]\nexclude: nope\n",
+            KEYS,
+            Config::parse,
+        );
+        assert!(
+            errs.iter().any(|e| e.contains(
+                "3:10: invalid regex `(unclosed` for field `level` in `include`: \
+                 unclosed group (at character 1)"
+            )),
+            "{errs:?}"
+        );
+        assert!(errs.iter().all(|e| !e.contains('\n')), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("`include.x` must be a string")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("`exclude` must be a map")),
+            "{errs:?}"
+        );
+    }
+}

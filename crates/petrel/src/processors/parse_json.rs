@@ -1,0 +1,961 @@
+//! `type: parse_json` — turns a field holding a JSON object into fields.
+//!
+//! ```yaml
+//! processors:
+//!   - type: parse_json
+//!     field: message      # default `message`
+//!     flatten: false      # true: nested objects become `a.b.c` keys
+//!     separator: "."      # joins flattened keys (only with `flatten: true`)
+//!     on_error: keep      # keep | drop | raw
+//!     raw_field: raw      # with `on_error: raw`
+//! ```
+//!
+//! Each key of the object becomes a field of the event, in input order; a
+//! key that already exists (or `message`) is replaced, and when the object
+//! repeats a key the last value wins. The parsed field itself is left as it
+//! was unless the object has a key of the same name.
+//!
+//! Values: strings without escapes borrow the read buffer (no copy); strings
+//! with escapes are unescaped into owned text; integers that fit in 64 bits
+//! become integers, other numbers floats; `true`/`false`/`null` are kept as
+//! such; arrays stay arrays and nested objects stay nested objects. With
+//! `flatten: true` nested objects are merged into the event with their keys
+//! joined by `separator` (`{"a":{"b":1}}` gives `a.b: 1`); arrays are not
+//! flattened, and an empty nested object is kept as an empty object.
+//!
+//! A parse failure is: the field is missing or not text, the text is not
+//! valid JSON (broken, truncated, invalid UTF-8, nested deeper than 128
+//! levels, trailing garbage), or the JSON value is not an object. It is
+//! counted in `component_errors{error_type="parse_failed"}` and handled by
+//! `on_error`: `keep` leaves the event unchanged and adds `parse_error`;
+//! `drop` drops it (counted as discarded with reason `parse_error`); `raw`
+//! also copies the unparsed value into `raw_field`.
+//!
+//! Engine: `serde_json` driving a visitor that builds Petrel values directly
+//! (the `parsers` benchmark compares it with `sonic-rs` and `simd-json`).
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use petrel_core::config::Map;
+use petrel_core::plugin::Processor;
+use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Span, Value};
+use prometheus_client::metrics::counter::Counter;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::common::{self, OnError, PARSER_KEYS};
+
+/// Keys accepted.
+pub const KEYS: &[&str] = &[
+    PARSER_KEYS[0],
+    PARSER_KEYS[1],
+    PARSER_KEYS[2],
+    PARSER_KEYS[3],
+    PARSER_KEYS[4],
+    "flatten",
+    "separator",
+];
+
+/// The name used in `parse_error` messages.
+const WHO: &str = "parse_json";
+
+/// Configuration of `parse_json`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The field holding the JSON text.
+    pub field: String,
+    /// Join nested object keys with `separator` instead of nesting.
+    pub flatten: bool,
+    /// Joins flattened keys.
+    pub separator: String,
+    /// What to do with an event that does not parse.
+    pub on_error: OnError,
+}
+
+impl Config {
+    /// Reads the keys; problems are recorded on the map's node.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let on_error = OnError::parse(&map)?;
+        let field = map.str("field").unwrap_or("message").to_string();
+        let flatten = match map.get("flatten") {
+            Some(n) => n.as_bool()?,
+            None => false,
+        };
+        let separator = match map.get("separator") {
+            Some(n) => {
+                let s = n.as_str()?;
+                if s.is_empty() {
+                    n.error("`separator` must not be empty; the default is `.`");
+                    return None;
+                }
+                if !flatten {
+                    n.error("`separator` only applies with `flatten: true`; add it or remove `separator`");
+                    return None;
+                }
+                s.to_string()
+            }
+            None => ".".to_string(),
+        };
+        Some(Self {
+            field,
+            flatten,
+            separator,
+            on_error,
+        })
+    }
+}
+
+/// The running `parse_json` processor.
+pub struct ParseJson {
+    field: &'static str,
+    parser: JsonParser,
+    on_error: OnError,
+    failed: Counter,
+    dropped: Counter,
+}
+
+impl ParseJson {
+    /// Builds the processor; counters are taken now so the hot path only
+    /// bumps atomics.
+    pub fn new(c: &Config, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        Ok(Self {
+            field: static_name(&c.field),
+            parser: JsonParser::new(c.flatten.then_some(c.separator.as_str())),
+            on_error: c.on_error.clone(),
+            failed: metrics.error_counter("parse_failed"),
+            dropped: metrics.discarded_counter("parse_error"),
+        })
+    }
+}
+
+impl Processor for ParseJson {
+    fn process(&self, batch: &mut EventBatch) {
+        let EventBatch { buf, events, .. } = batch;
+        let buf: &[u8] = buf;
+        let mut parsed: Vec<(Key, Value)> = Vec::new();
+        let (mut failed, mut dropped) = (0u64, 0u64);
+        events.retain_mut(|ev| {
+            parsed.clear();
+            let result = match common::field_bytes(buf, ev, self.field) {
+                Some((bytes, base)) => self.parser.parse(bytes, base, &mut parsed),
+                None => Err(JsonError::Missing),
+            };
+            match result {
+                Ok(()) => {
+                    merge_fields(ev, &mut parsed, false);
+                    true
+                }
+                Err(e) => {
+                    failed += 1;
+                    let keep = common::on_failure(
+                        &self.on_error,
+                        ev,
+                        self.field,
+                        WHO,
+                        &e.to_string(),
+                    );
+                    dropped += u64::from(!keep);
+                    keep
+                }
+            }
+        });
+        if failed > 0 {
+            self.failed.inc_by(failed);
+        }
+        if dropped > 0 {
+            self.dropped.inc_by(dropped);
+        }
+    }
+}
+
+/// Why a value did not parse.
+#[derive(Debug)]
+pub enum JsonError {
+    /// The field is absent or not text.
+    Missing,
+    /// Invalid JSON, or JSON that is not an object.
+    Invalid(String),
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JsonError::Missing => f.write_str("field is missing or not text"),
+            JsonError::Invalid(e) => write!(f, "invalid JSON: {e}"),
+        }
+    }
+}
+
+/// Parses JSON objects into Petrel fields. Shared by the processor, the
+/// benchmarks (which drive it with other JSON engines) and the fuzz targets.
+#[derive(Debug, Clone)]
+pub struct JsonParser {
+    /// `Some(separator)` when nested objects are flattened.
+    separator: Option<&'static str>,
+}
+
+impl JsonParser {
+    /// A parser; `flatten_separator` set flattens nested objects.
+    pub fn new(flatten_separator: Option<&str>) -> Self {
+        Self {
+            separator: flatten_separator.map(static_name),
+        }
+    }
+
+    /// Parses `input`, which must hold one JSON object, appending its fields
+    /// to `out`. `base` is the offset of `input` in the batch buffer when it
+    /// is a span of it: strings without escapes then become spans. On error
+    /// `out` may hold part of the fields.
+    pub fn parse(
+        &self,
+        input: &[u8],
+        base: Option<u32>,
+        out: &mut Vec<(Key, Value)>,
+    ) -> Result<(), JsonError> {
+        let mut de = serde_json::Deserializer::from_slice(input);
+        self.parse_with(&mut de, input, None, base, out)
+            .and_then(|()| de.end())
+            .map_err(|e| JsonError::Invalid(e.to_string()))
+    }
+
+    /// Like [`parse`](Self::parse) with any serde deserializer. `copy`
+    /// is the address range of the bytes the deserializer reads when they
+    /// are a copy of `original` it may modify in place (simd-json); `None`
+    /// when it reads `original` itself. A borrowed string becomes a span
+    /// when `original` holds the same bytes at its offset. The caller checks
+    /// for trailing input.
+    pub fn parse_with<'de, D: Deserializer<'de>>(
+        &self,
+        de: D,
+        original: &[u8],
+        copy: Option<Range<usize>>,
+        base: Option<u32>,
+        out: &mut Vec<(Key, Value)>,
+    ) -> Result<(), D::Error> {
+        let range = original.as_ptr_range();
+        let copied = copy.is_some();
+        let parsed = copy.unwrap_or(range.start as usize..range.end as usize);
+        LOCAL_KEYS.with(|cache| {
+            // Not re-entered: nothing called from here parses JSON again.
+            let mut cache = cache.borrow_mut();
+            let mut ctx = Ctx {
+                start: parsed.start,
+                len: parsed.end.saturating_sub(parsed.start),
+                original,
+                copied,
+                base,
+                keys: &mut cache,
+                separator: self.separator,
+            };
+            de.deserialize_map(TopVisitor {
+                ctx: &mut ctx,
+                out,
+            })
+        })
+    }
+}
+
+/// Merges `parsed` into the event's fields with [`Event::set`] semantics
+/// (a `message` key replaces the message; an existing key is replaced; the
+/// last of repeated keys wins), leaving `parsed` empty. `distinct` promises
+/// that `parsed` has no repeated key (names fixed at build time).
+pub(crate) fn merge_fields(ev: &mut Event, parsed: &mut Vec<(Key, Value)>, distinct: bool) {
+    /// Above this many fields the quadratic `set` loop gives way to a map.
+    const LINEAR_LIMIT: usize = 32;
+    let n = parsed.len();
+    if ev.fields.is_empty()
+        && n <= LINEAR_LIMIT
+        && !parsed.iter().any(|(k, _)| k == "message")
+        && (distinct || all_distinct(parsed))
+    {
+        // The common case: the first parser of a chain. Moving the entries
+        // keeps `parsed`'s allocation for the next event.
+        ev.fields.append(parsed);
+        return;
+    }
+    if ev.fields.len() + n <= LINEAR_LIMIT {
+        for (k, v) in parsed.drain(..) {
+            ev.set(k, v);
+        }
+        return;
+    }
+    // Large objects (a hostile or unusual line): index the names so that a
+    // 100k-key object costs linear time rather than quadratic.
+    let mut index: HashMap<String, usize, BuildFnv> = ev
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.to_string(), i))
+        .collect();
+    for (k, v) in parsed.drain(..) {
+        if k == "message" {
+            ev.message = v;
+        } else if let Some(&i) = index.get(&*k) {
+            ev.fields[i].1 = v;
+        } else {
+            index.insert(k.to_string(), ev.fields.len());
+            ev.fields.push((k, v));
+        }
+    }
+}
+
+fn all_distinct(fields: &[(Key, Value)]) -> bool {
+    fields
+        .iter()
+        .enumerate()
+        .all(|(i, (k, _))| fields[..i].iter().all(|(k2, _)| k2 != k))
+}
+
+// ---------------------------------------------------------------------------
+// Field names without an allocation per field per event.
+//
+// `Key` is `Cow<'static, str>`: a `Borrowed` key costs a pointer copy, an
+// `Owned` one an allocation and a free per event. Names from configuration
+// are leaked once per distinct name (configuration is small and read a few
+// times at most, so the leak is bounded). Names found in JSON data are
+// interned the same way up to a global bound, so that the usual case — every
+// line has the same few keys — allocates nothing, while a stream of random
+// keys cannot grow memory without limit: past the bound, or for long names,
+// keys are simply owned.
+
+/// Data-derived names interned at most (each at most
+/// `MAX_INTERNED_LEN` bytes: at most 512 KiB leaked in all).
+const MAX_INTERNED_KEYS: usize = 8192;
+/// Longer data-derived names are never interned.
+const MAX_INTERNED_LEN: usize = 64;
+
+#[derive(Default)]
+struct Interner {
+    names: HashSet<&'static str>,
+    data_names: usize,
+}
+
+static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(Mutex::default);
+/// Set once the data-name bound is reached, so misses stop taking the lock.
+static INTERNER_FULL: AtomicBool = AtomicBool::new(false);
+
+fn leak(interner: &mut Interner, name: &str) -> &'static str {
+    match interner.names.get(name) {
+        Some(s) => s,
+        None => {
+            let s: &'static str = Box::leak(name.into());
+            interner.names.insert(s);
+            s
+        }
+    }
+}
+
+/// A `'static` copy of a configured name, leaked at most once per distinct
+/// name for the life of the process, so events can use `Cow::Borrowed`.
+pub(crate) fn static_name(name: &str) -> &'static str {
+    let mut interner = INTERNER.lock().unwrap_or_else(|p| p.into_inner());
+    leak(&mut interner, name)
+}
+
+/// The key for a configured name (see [`static_name`]).
+pub(crate) fn config_key(name: &str) -> Key {
+    Cow::Borrowed(static_name(name))
+}
+
+fn intern_data_name(name: &str) -> Option<&'static str> {
+    if name.len() > MAX_INTERNED_LEN || INTERNER_FULL.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut interner = INTERNER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = interner.names.get(name) {
+        return Some(s);
+    }
+    if interner.data_names >= MAX_INTERNED_KEYS {
+        INTERNER_FULL.store(true, Ordering::Relaxed);
+        return None;
+    }
+    interner.data_names += 1;
+    Some(leak(&mut interner, name))
+}
+
+/// FNV-1a: field names are short, where it beats SipHash several times;
+/// hash flooding costs at most the bounded interner's lookups.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type BuildFnv = BuildHasherDefault<Fnv>;
+
+thread_local! {
+    /// Per-thread view of the interned names: the hot path looks names up
+    /// here without any lock.
+    static LOCAL_KEYS: RefCell<HashSet<&'static str, BuildFnv>> = RefCell::default();
+}
+
+// ---------------------------------------------------------------------------
+// serde visitors building Petrel values.
+
+struct Ctx<'c> {
+    /// Address range of the bytes being parsed, to recognise borrowed strings.
+    start: usize,
+    len: usize,
+    original: &'c [u8],
+    /// The parsed bytes are a copy that may have been modified in place.
+    copied: bool,
+    base: Option<u32>,
+    keys: &'c mut HashSet<&'static str, BuildFnv>,
+    separator: Option<&'static str>,
+}
+
+impl Ctx<'_> {
+    #[inline]
+    fn key(&mut self, name: &str) -> Key {
+        if let Some(s) = self.keys.get(name) {
+            return Cow::Borrowed(s);
+        }
+        match intern_data_name(name) {
+            Some(s) => {
+                self.keys.insert(s);
+                Cow::Borrowed(s)
+            }
+            None => Cow::Owned(name.to_string()),
+        }
+    }
+
+    /// A string the parser borrowed from its input: a span when it lies in
+    /// the input and the input is a span of the batch buffer.
+    #[inline]
+    fn borrowed_str(&self, s: &str) -> Value {
+        if let Some(base) = self.base {
+            let p = s.as_ptr() as usize;
+            if p >= self.start && p - self.start + s.len() <= self.len {
+                let off = p - self.start;
+                if !self.copied || self.original.get(off..off + s.len()) == Some(s.as_bytes()) {
+                    return Value::Span(Span::new(base as usize + off, s.len()));
+                }
+            }
+        }
+        Value::Str(s.into())
+    }
+}
+
+/// The top-level object: its fields go to `out`.
+struct TopVisitor<'a, 'c> {
+    ctx: &'a mut Ctx<'c>,
+    out: &'a mut Vec<(Key, Value)>,
+}
+
+impl<'de> Visitor<'de> for TopVisitor<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        match self.ctx.separator {
+            None => {
+                while let Some(key) = map.next_key_seed(KeySeed(&mut *self.ctx))? {
+                    let v = map.next_value_seed(ValueSeed(&mut *self.ctx))?;
+                    self.out.push((key, v));
+                }
+            }
+            Some(sep) => {
+                let mut prefix = String::new();
+                while let Some(name) = map.next_key_seed(NameSeed)? {
+                    prefix.clear();
+                    prefix.push_str(&name);
+                    map.next_value_seed(FlatSeed {
+                        ctx: &mut *self.ctx,
+                        prefix: &mut prefix,
+                        sep,
+                        out: &mut *self.out,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A key as a Petrel key (interned when possible).
+struct KeySeed<'a, 'c>(&'a mut Ctx<'c>);
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_, '_> {
+    type Value = Key;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed<'_, '_> {
+    type Value = Key;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(self.0.key(v))
+    }
+}
+
+/// A key as text, for building flattened names.
+struct NameSeed;
+
+impl<'de> DeserializeSeed<'de> for NameSeed {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NameSeed {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+/// Any JSON value as a Petrel value.
+struct ValueSeed<'a, 'c>(&'a mut Ctx<'c>);
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_, '_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// Scalars shared by [`ValueSeed`] and [`FlatSeed`].
+macro_rules! scalar_visits {
+    ($out:ty, $wrap:expr) => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<$out, E> {
+            Ok($wrap(self, Value::Bool(v)))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<$out, E> {
+            Ok($wrap(self, Value::Int(v)))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<$out, E> {
+            let v = i64::try_from(v).map_or(Value::Float(v as f64), Value::Int);
+            Ok($wrap(self, v))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<$out, E> {
+            Ok($wrap(self, Value::Float(v)))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<$out, E> {
+            Ok($wrap(self, Value::Null))
+        }
+        fn visit_none<E: de::Error>(self) -> Result<$out, E> {
+            Ok($wrap(self, Value::Null))
+        }
+        fn visit_borrowed_str<E: de::Error>(mut self, v: &'de str) -> Result<$out, E> {
+            let v = self.ctx().borrowed_str(v);
+            Ok($wrap(self, v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<$out, E> {
+            Ok($wrap(self, Value::Str(v.into())))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<$out, E> {
+            Ok($wrap(self, Value::Str(v.into_boxed_str())))
+        }
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<$out, E> {
+            Ok($wrap(self, Value::Bytes(v.into())))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<$out, A::Error> {
+            // The hint comes from the input; cap it so a hostile length
+            // cannot reserve much memory up front.
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+            while let Some(v) = seq.next_element_seed(ValueSeed(&mut *self.ctx()))? {
+                items.push(v);
+            }
+            Ok($wrap(self, Value::Array(items)))
+        }
+    };
+}
+
+trait HasCtx<'c> {
+    fn ctx(&mut self) -> &mut Ctx<'c>;
+}
+
+impl<'c> HasCtx<'c> for ValueSeed<'_, 'c> {
+    fn ctx(&mut self) -> &mut Ctx<'c> {
+        self.0
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    scalar_visits!(Value, |_s: Self, v: Value| v);
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        while let Some(k) = map.next_key_seed(KeySeed(&mut *self.0))? {
+            let v = map.next_value_seed(ValueSeed(&mut *self.0))?;
+            fields.push((k, v));
+        }
+        Ok(Value::Object(fields))
+    }
+}
+
+/// A value under flattened name `prefix`: objects recurse with longer
+/// names, anything else is appended to `out`.
+struct FlatSeed<'a, 'c> {
+    ctx: &'a mut Ctx<'c>,
+    prefix: &'a mut String,
+    sep: &'static str,
+    out: &'a mut Vec<(Key, Value)>,
+}
+
+impl<'c> HasCtx<'c> for FlatSeed<'_, 'c> {
+    fn ctx(&mut self) -> &mut Ctx<'c> {
+        self.ctx
+    }
+}
+
+impl FlatSeed<'_, '_> {
+    fn push(self, v: Value) {
+        let key = self.ctx.key(self.prefix);
+        self.out.push((key, v));
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for FlatSeed<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FlatSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    scalar_visits!((), |s: Self, v: Value| s.push(v));
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let len = self.prefix.len();
+        let mut empty = true;
+        while let Some(name) = map.next_key_seed(NameSeed)? {
+            empty = false;
+            self.prefix.truncate(len);
+            self.prefix.push_str(self.sep);
+            self.prefix.push_str(&name);
+            map.next_value_seed(FlatSeed {
+                ctx: &mut *self.ctx,
+                prefix: &mut *self.prefix,
+                sep: self.sep,
+                out: &mut *self.out,
+            })?;
+        }
+        self.prefix.truncate(len);
+        if empty {
+            self.push(Value::Object(Vec::new()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use petrel_core::config::{parse_yaml, ConfigErrors, Node};
+    use petrel_core::{Metrics, SourceInfo};
+    use std::sync::Arc;
+
+    fn config(yaml: &str) -> Result<Config, Vec<String>> {
+        let file: Arc<str> = "t.yaml".into();
+        let raw = parse_yaml(&file, yaml).expect("yaml");
+        let errs = ConfigErrors::new();
+        let c = Node::root(&file, &raw, &errs)
+            .as_map(KEYS)
+            .and_then(Config::parse);
+        let v: Vec<String> = errs.into_vec().iter().map(|e| e.to_string()).collect();
+        match c {
+            Some(c) if v.is_empty() => Ok(c),
+            _ => Err(v),
+        }
+    }
+
+    /// Runs a processor built from `yaml` over `lines`; returns the batch and
+    /// the metrics text.
+    fn run(yaml: &str, lines: &[&[u8]]) -> (EventBatch, String) {
+        let c = config(yaml).expect("config");
+        let metrics = Metrics::new();
+        let p = ParseJson::new(&c, metrics.component("p", "processor", "j", "parse_json"))
+            .expect("build");
+        let batch = process_lines(&p, lines);
+        (batch, metrics.render())
+    }
+
+    pub(crate) fn process_lines(p: &dyn Processor, lines: &[&[u8]]) -> EventBatch {
+        let mut buf = Vec::new();
+        let mut spans = Vec::new();
+        for l in lines {
+            spans.push(Span::new(buf.len(), l.len()));
+            buf.extend_from_slice(l);
+            buf.push(b'\n');
+        }
+        let mut b = EventBatch::new(
+            Bytes::from(buf),
+            Arc::new(SourceInfo {
+                path: "/x.log".into(),
+            }),
+        );
+        b.events = spans.into_iter().map(Event::from_span).collect();
+        p.process(&mut b);
+        for ev in &b.events {
+            check_spans(&b.buf, &ev.message);
+            for (_, v) in &ev.fields {
+                check_spans(&b.buf, v);
+            }
+        }
+        b
+    }
+
+    fn check_spans(buf: &[u8], v: &Value) {
+        match v {
+            Value::Span(s) => assert!(s.end() <= buf.len(), "{s:?} outside {}", buf.len()),
+            Value::Array(items) => items.iter().for_each(|v| check_spans(buf, v)),
+            Value::Object(f) => f.iter().for_each(|(_, v)| check_spans(buf, v)),
+            _ => {}
+        }
+    }
+
+    fn text<'a>(b: &'a EventBatch, ev: usize, name: &str) -> Option<&'a str> {
+        let v = b.events[ev].get(name)?;
+        b.bytes_of(v).map(|x| std::str::from_utf8(x).expect("utf8"))
+    }
+
+    fn ndjson(b: &EventBatch) -> String {
+        let mut out = Vec::new();
+        petrel_core::encode::encode_batch(petrel_core::encode::Encoding::Ndjson, b, &mut out, None);
+        String::from_utf8(out).expect("utf8")
+    }
+
+    #[test]
+    fn object_becomes_fields_with_spans_for_plain_strings() {
+        let line = br#"{"time":"2025-04-03","level":"info","pid":123,"neg":-4,"f":1.5,"big":18446744073709551615,"esc":"a\"b\u00e9","t":true,"n":null,"arr":[1,"x",{"k":"v"}],"obj":{"a":{"b":2}}}"#;
+        let (b, _) = run("type: parse_json", &[line]);
+        let ev = &b.events[0];
+        assert!(matches!(ev.get("time"), Some(Value::Span(_))));
+        assert_eq!(text(&b, 0, "time"), Some("2025-04-03"));
+        assert_eq!(text(&b, 0, "level"), Some("info"));
+        assert_eq!(ev.get("pid"), Some(&Value::Int(123)));
+        assert_eq!(ev.get("neg"), Some(&Value::Int(-4)));
+        assert_eq!(ev.get("f"), Some(&Value::Float(1.5)));
+        assert_eq!(ev.get("big"), Some(&Value::Float(18446744073709551615.0)));
+        assert_eq!(ev.get("esc"), Some(&Value::Str("a\"bé".into())));
+        assert_eq!(ev.get("t"), Some(&Value::Bool(true)));
+        assert_eq!(ev.get("n"), Some(&Value::Null));
+        let Some(Value::Array(items)) = ev.get("arr") else {
+            panic!("array expected")
+        };
+        assert_eq!(items.len(), 3);
+        assert!(matches!(items[2], Value::Object(_)));
+        let names: Vec<&str> = ev.fields.iter().map(|(k, _)| &**k).collect();
+        assert_eq!(
+            names,
+            ["time", "level", "pid", "neg", "f", "big", "esc", "t", "n", "arr", "obj"]
+        );
+        // Interned names are borrowed: no allocation per field (unless
+        // another test filled the bounded interner first).
+        assert!(
+            INTERNER_FULL.load(Ordering::Relaxed)
+                || ev.fields.iter().all(|(k, _)| matches!(k, Cow::Borrowed(_)))
+        );
+        let out = ndjson(&b);
+        assert!(
+            out.contains(r#""obj":{"a":{"b":2}}"#) && out.contains(r#""arr":[1,"x",{"k":"v"}]"#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn flatten_joins_nested_keys() {
+        let line = br#"{"a":{"b":{"c":1},"d":"x","e":{}},"f":[{"g":1}],"h":2}"#;
+        let (b, _) = run("type: parse_json\nflatten: true\nseparator: _", &[line]);
+        let ev = &b.events[0];
+        let names: Vec<&str> = ev.fields.iter().map(|(k, _)| &**k).collect();
+        assert_eq!(names, ["a_b_c", "a_d", "a_e", "f", "h"]);
+        assert_eq!(ev.get("a_b_c"), Some(&Value::Int(1)));
+        assert_eq!(text(&b, 0, "a_d"), Some("x"));
+        assert_eq!(ev.get("a_e"), Some(&Value::Object(Vec::new())));
+        assert!(matches!(ev.get("f"), Some(Value::Array(_))));
+        let (b, _) = run("type: parse_json\nflatten: true", &[br#"{"a":{"b":1}}"#]);
+        assert_eq!(b.events[0].get("a.b"), Some(&Value::Int(1)));
+    }
+
+    #[test]
+    fn repeated_and_message_keys_replace() {
+        let (b, _) = run(
+            "type: parse_json",
+            &[br#"{"a":1,"a":2,"message":"inner"}"#],
+        );
+        let ev = &b.events[0];
+        assert_eq!(ev.fields, vec![("a".into(), Value::Int(2))]);
+        assert_eq!(b.bytes_of(&ev.message), Some(&b"inner"[..]));
+    }
+
+    #[test]
+    fn failures_follow_on_error() {
+        let bad: &[&[u8]] = &[
+            br#"{"a":1"#,              // truncated
+            br#"{"a":tru}"#,           // broken literal
+            b"",                       // empty line
+            b"[1,2]",                  // not an object
+            b"\"str\"",                // not an object
+            b"{\"a\":\"\xff\xfe\"}",   // invalid UTF-8
+            br#"{"a":1} trailing"#,    // trailing garbage
+            br#"{"a":1}"#,             // fine
+        ];
+        let (b, m) = run("type: parse_json", bad);
+        assert_eq!(b.events.len(), 8);
+        for ev in &b.events[..7] {
+            let Some(Value::Str(e)) = ev.get("parse_error") else {
+                panic!("parse_error expected: {ev:?}")
+            };
+            assert!(e.starts_with("parse_json: invalid JSON"), "{e}");
+        }
+        assert!(b.events[7].get("parse_error").is_none());
+        assert!(m.contains("error_type=\"parse_failed\"} 7"), "{m}");
+
+        let (b, m) = run("type: parse_json\non_error: drop", bad);
+        assert_eq!(b.events.len(), 1);
+        assert_eq!(b.events[0].get("a"), Some(&Value::Int(1)));
+        assert!(m.contains("reason=\"parse_error\"} 7"), "{m}");
+
+        let (b, _) = run("type: parse_json\non_error: raw\nraw_field: orig", bad);
+        assert_eq!(b.events.len(), 8);
+        assert_eq!(text(&b, 0, "orig"), Some(r#"{"a":1"#));
+        assert!(b.events[0].get("parse_error").is_some());
+    }
+
+    #[test]
+    fn missing_field_is_a_failure() {
+        let (b, _) = run("type: parse_json\nfield: nope", &[br#"{"a":1}"#]);
+        let Some(Value::Str(e)) = b.events[0].get("parse_error") else {
+            panic!("parse_error expected")
+        };
+        assert_eq!(&**e, "parse_json: field is missing or not text");
+    }
+
+    #[test]
+    fn owned_source_values_give_owned_strings() {
+        let p = JsonParser::new(None);
+        let mut out = Vec::new();
+        p.parse(br#"{"a":"x"}"#, None, &mut out).expect("parse");
+        assert_eq!(out, vec![("a".into(), Value::Str("x".into()))]);
+    }
+
+    #[test]
+    fn huge_and_deep_inputs_do_not_break() {
+        let mut big = b"{\"log\":\"".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 1 << 20));
+        big.extend_from_slice(b"\"}");
+        let deep = [vec![b'['; 100_000], vec![b']'; 100_000]].concat();
+        let mut deep_obj = b"{\"a\":".to_vec();
+        deep_obj.extend(std::iter::repeat_n(b"{\"a\":".as_slice(), 5000).flatten());
+        // A 1 MiB object with many distinct keys takes the indexed merge.
+        let mut wide = b"{".to_vec();
+        for i in 0..50_000 {
+            wide.extend_from_slice(format!("\"k{}\":{},", i % 40_000, i).as_bytes());
+        }
+        wide.extend_from_slice(b"\"end\":0}");
+        let (b, _) = run(
+            "type: parse_json",
+            &[&big, &deep, &deep_obj, &wide],
+        );
+        assert_eq!(text(&b, 0, "log").map(str::len), Some(1 << 20));
+        assert!(b.events[1].get("parse_error").is_some());
+        assert!(b.events[2].get("parse_error").is_some());
+        assert_eq!(b.events[3].fields.len(), 40_001);
+        assert_eq!(b.events[3].get("k0"), Some(&Value::Int(40_000)));
+    }
+
+    #[test]
+    fn config_errors_are_positioned() {
+        let e = config("type: parse_json\nseparator: _").unwrap_err();
+        assert!(e[0].starts_with("t.yaml:2:12: `separator` only applies"), "{e:?}");
+        let e = config("type: parse_json\nflatten: maybe").unwrap_err();
+        assert!(e[0].contains("must be `true` or `false`"), "{e:?}");
+        let e = config("type: parse_json\non_error: ignore").unwrap_err();
+        assert!(e[0].contains("must be one of `keep`, `drop`, `raw`"), "{e:?}");
+    }
+
+    #[test]
+    fn merge_keeps_set_semantics_when_fields_exist() {
+        let mut ev = Event::from_span(Span::new(0, 1));
+        ev.fields.push(("a".into(), Value::Int(0)));
+        let mut parsed = vec![("b".into(), Value::Int(1)), ("a".into(), Value::Int(2))];
+        merge_fields(&mut ev, &mut parsed, true);
+        assert_eq!(
+            ev.fields,
+            vec![("a".into(), Value::Int(2)), ("b".into(), Value::Int(1))]
+        );
+        assert!(parsed.is_empty());
+    }
+
+    /// A bounded, seeded fuzz run: random and mutated inputs never panic and
+    /// every span stays inside the buffer (the `fuzz/` targets do the same
+    /// with coverage guidance).
+    #[test]
+    fn random_inputs_never_panic() {
+        let p = ParseJson::new(
+            &config("type: parse_json\nflatten: true").expect("config"),
+            Metrics::new().component("p", "processor", "j", "parse_json"),
+        )
+        .expect("build");
+        let q = ParseJson::new(
+            &config("type: parse_json").expect("config"),
+            Metrics::new().component("p", "processor", "j", "parse_json"),
+        )
+        .expect("build");
+        let seeds: &[&[u8]] = &[
+            br#"{"a":{"b":[1,2.5,"x\n"]},"c":null,"d":"plain","e":true}"#,
+            br#"{"time":"2025","level":"info","pid":1,"log":"abc"}"#,
+        ];
+        let mut rng = crate::processors::parse_delimiter::tests::Rng(7);
+        for _ in 0..20_000 {
+            let line = rng.mutate(seeds, b"{}[]\":,\\u0aeE.-+ \xff");
+            process_lines(&p, &[&line]);
+            process_lines(&q, &[&line]);
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! `type: kafka` — one Kafka message per event, through librdkafka.
+//!
+//! A batch is acknowledged to its source only when the delivery report of
+//! every one of its messages succeeded. Failed messages are sent again with
+//! exponential backoff, never dropped; only a message the broker can never
+//! take (larger than its size limit) is counted as rejected and logged.
+//! An AIMD window bounds the batches in flight per sink, so a broker outage
+//! soon leaves one batch being retried while the source waits on disk.
+//! Producers are shared by every sink with the same settings, so many
+//! pipelines writing to one cluster do not each start librdkafka threads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use petrel_core::config::Map;
+use petrel_core::encode::{encode_batch, Encoding};
+use petrel_core::plugin::{BoxFuture, Encoded, Payload, PayloadReceiver, Sink};
+use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
+use prometheus_client::metrics::counter::Counter;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::congestion::{Backoff, Window};
+use super::template::Template;
+
+/// Keys accepted by the Kafka sink.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "brokers",
+    "topic",
+    "fallback_topic",
+    "key_field",
+    "encoding",
+    "compression",
+    "acks",
+    "batch",
+    "librdkafka",
+    "max_in_flight_batches",
+];
+
+const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
+const ACKS: &[&str] = &["all", "1", "0"];
+
+/// Configuration of the Kafka sink.
+#[derive(Debug, Clone)]
+pub struct KafkaSinkConfig {
+    /// Bootstrap brokers.
+    pub brokers: Vec<String>,
+    /// Topic template, e.g. `app-{{ level }}`.
+    pub topic: Template,
+    /// Topic for events missing a template field (counted).
+    pub fallback_topic: String,
+    /// Field whose value is the message key (same key → same partition).
+    pub key_field: Option<String>,
+    /// `text` or `ndjson`.
+    pub encoding: Encoding,
+    /// librdkafka settings, the pass-through ones last.
+    pub client: Vec<(String, String)>,
+    /// Upper bound of the congestion window, in batches.
+    pub max_in_flight: usize,
+}
+
+impl KafkaSinkConfig {
+    /// Reads the sink's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let brokers_node = map.required("brokers", "[\"127.0.0.1:9092\"]")?;
+        let brokers: Vec<String> = brokers_node
+            .as_str_list()
+            .into_iter()
+            .map(|(s, _)| s.to_string())
+            .collect();
+        if brokers.is_empty() {
+            brokers_node.error("`brokers` needs at least one `host:port`");
+            return None;
+        }
+        let topic_node = map.required("topic", "app-logs")?;
+        let topic = Template::parse(topic_node.as_str()?, topic_node)?;
+        let fallback_topic = map.str("fallback_topic").unwrap_or("petrel-unrouted").to_string();
+        let compression = map.choice("compression", COMPRESSIONS).unwrap_or("none");
+        let acks = map.choice("acks", ACKS).unwrap_or("all");
+        let mut client: Vec<(String, String)> = vec![
+            ("bootstrap.servers".into(), brokers.join(",")),
+            ("compression.type".into(), compression.into()),
+            ("acks".into(), acks.into()),
+            // Exactly-once per partition session and ordering across
+            // internal retries; requires acks=all.
+            ("enable.idempotence".into(), (acks == "all").to_string()),
+            // A message librdkafka could not deliver within this time is
+            // reported failed and sent again by the sink's own retry loop,
+            // which keeps backing off without limit and shrinks the
+            // congestion window; a short timeout makes an outage visible
+            // to that loop soon.
+            ("message.timeout.ms".into(), "10000".into()),
+            // librdkafka copies every message; bound that copy.
+            ("queue.buffering.max.kbytes".into(), "32768".into()),
+        ];
+        if let Some(b) = map.get("batch") {
+            if let Some(bm) = b.as_map(&["max_bytes", "linger_ms"]) {
+                if let Some(v) = bm.u64("max_bytes", true) {
+                    client.push(("batch.size".into(), v.to_string()));
+                }
+                if let Some(v) = bm.u64("linger_ms", false) {
+                    client.push(("linger.ms".into(), v.to_string()));
+                }
+            }
+        } else {
+            client.push(("linger.ms".into(), "5".into()));
+        }
+        if let Some(n) = map.get("librdkafka") {
+            if let Some(m) = n.as_map_quiet() {
+                for (k, v) in m.entries() {
+                    if let Some(v) = v.as_str() {
+                        client.push((k.to_string(), v.to_string()));
+                    }
+                }
+            } else {
+                n.error("`librdkafka` must be a mapping of librdkafka settings, e.g. `{ security.protocol: ssl }`");
+            }
+        }
+        // librdkafka checks its own settings; report a bad one here, at its
+        // position, rather than at start.
+        if let Err(e) = client_config(&client).create::<FutureProducer>() {
+            map.node().error(format!("Kafka client settings rejected: {e}"));
+            return None;
+        }
+        Some(Self {
+            brokers,
+            topic,
+            fallback_topic,
+            key_field: map.str("key_field").map(str::to_string),
+            encoding: super::parse_encoding(&map)?,
+            client,
+            max_in_flight: map.u64("max_in_flight_batches", false).unwrap_or(64).clamp(1, 4096) as usize,
+        })
+    }
+}
+
+fn client_config(pairs: &[(String, String)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in pairs {
+        c.set(k, v);
+    }
+    c
+}
+
+/// Producers shared by sinks with identical settings.
+fn shared_producer(pairs: &[(String, String)]) -> anyhow::Result<FutureProducer> {
+    static PRODUCERS: OnceLock<Mutex<HashMap<String, FutureProducer>>> = OnceLock::new();
+    let mut sorted = pairs.to_vec();
+    sorted.sort();
+    let key = sorted
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut map = PRODUCERS.get_or_init(Default::default).lock();
+    if let Some(p) = map.get(&key) {
+        return Ok(p.clone());
+    }
+    let p: FutureProducer = client_config(pairs).create()?;
+    map.insert(key, p.clone());
+    Ok(p)
+}
+
+/// Per-record routing computed on the processing pool.
+struct Routes {
+    /// Index into `topics` per record.
+    topic_of: Vec<u16>,
+    /// Distinct topics of this payload.
+    topics: Vec<String>,
+    /// Key bytes, back to back, and each record's range in them (none when
+    /// the record has no key or no key field is configured).
+    keys: Vec<u8>,
+    key_ranges: Vec<Option<(u32, u32)>>,
+}
+
+/// The running Kafka sink.
+pub struct KafkaSink {
+    encoding: Encoding,
+    topic: Template,
+    fallback_topic: String,
+    key_field: Option<String>,
+    producer: FutureProducer,
+    max_in_flight: usize,
+    metrics: ComponentMetrics,
+    fallback: Counter,
+}
+
+impl KafkaSink {
+    /// Creates (or shares) the producer.
+    pub fn new(c: &KafkaSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        Ok(Self {
+            encoding: c.encoding,
+            topic: c.topic.clone(),
+            fallback_topic: c.fallback_topic.clone(),
+            key_field: c.key_field.clone(),
+            producer: shared_producer(&c.client)?,
+            max_in_flight: c.max_in_flight,
+            fallback: metrics.error_counter("topic_field_missing"),
+            metrics,
+        })
+    }
+
+    fn routes(&self, batch: &EventBatch) -> Routes {
+        let n = batch.events.len();
+        let mut r = Routes {
+            topic_of: Vec::with_capacity(n),
+            topics: Vec::new(),
+            keys: Vec::new(),
+            key_ranges: Vec::new(),
+        };
+        let static_topic = self.topic.as_static();
+        if let Some(t) = static_topic {
+            r.topics.push(t.to_string());
+        }
+        let mut name = String::new();
+        let mut missing = 0;
+        for ev in &batch.events {
+            let idx = match static_topic {
+                Some(_) => 0,
+                None => {
+                    if !self.topic.render(ev, batch, &mut name) {
+                        missing += 1;
+                        name.clear();
+                        name.push_str(&self.fallback_topic);
+                    }
+                    match r.topics.iter().position(|t| *t == name) {
+                        Some(i) => i,
+                        None => {
+                            r.topics.push(name.clone());
+                            r.topics.len() - 1
+                        }
+                    }
+                }
+            };
+            r.topic_of.push(idx.min(u16::MAX as usize) as u16);
+            if let Some(k) = &self.key_field {
+                let range = batch.field_bytes(ev, k).map(|b| {
+                    let start = r.keys.len() as u32;
+                    r.keys.extend_from_slice(b);
+                    (start, r.keys.len() as u32)
+                });
+                r.key_ranges.push(range);
+            }
+        }
+        if missing > 0 {
+            self.fallback.inc_by(missing);
+        }
+        r
+    }
+}
+
+impl Sink for KafkaSink {
+    fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
+        out.invalid_utf8 =
+            encode_batch(self.encoding, batch, &mut out.bytes, Some(&mut out.record_ends)).invalid_utf8;
+        out.attachment = Some(Box::new(self.routes(batch)));
+    }
+
+    fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
+        Box::pin(async move {
+            let dm = self.metrics.delivery();
+            let window = Window::new(4, self.max_in_flight, dm.clone());
+            let mut tasks = tokio::task::JoinSet::new();
+            while let Some(p) = rx.recv().await {
+                window.acquire().await;
+                let (sink, window, dm) = (self.clone(), window.clone(), dm.clone());
+                tasks.spawn(async move {
+                    sink.deliver(p, &window, &dm).await;
+                    window.release();
+                });
+                // Reap finished tasks so the set does not grow.
+                while tasks.try_join_next().is_some() {}
+            }
+            while tasks.join_next().await.is_some() {}
+        })
+    }
+}
+
+impl KafkaSink {
+    /// Sends every record of `p` until each is delivered (or rejected for
+    /// good), then acknowledges the payload.
+    async fn deliver(&self, p: Payload, window: &Window, dm: &DeliveryMetrics) {
+        let started = Instant::now();
+        let Some(routes) = p
+            .data
+            .attachment
+            .as_ref()
+            .and_then(|a| a.downcast_ref::<Routes>())
+        else {
+            tracing::error!("kafka sink: payload without routing; not acknowledged");
+            return;
+        };
+        let data = &p.data;
+        let mut pending: Vec<usize> = (0..data.record_ends.len()).collect();
+        let mut backoff = Backoff::default();
+        let mut rejected = 0u64;
+        let failed_counter = self.metrics.error_counter("delivery_failed");
+        loop {
+            let mut waits = Vec::with_capacity(pending.len());
+            let mut failed = Vec::new();
+            for &i in &pending {
+                let start = if i == 0 { 0 } else { data.record_ends[i - 1] as usize };
+                let end = data.record_ends[i] as usize;
+                let value = &data.bytes[start..end.saturating_sub(1).max(start)];
+                let topic = &routes.topics[routes.topic_of[i] as usize];
+                let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).payload(value);
+                if let Some(Some((ks, ke))) = routes.key_ranges.get(i) {
+                    rec = rec.key(&routes.keys[*ks as usize..*ke as usize]);
+                }
+                loop {
+                    match self.producer.send_result(rec) {
+                        Ok(f) => {
+                            waits.push((i, f));
+                            break;
+                        }
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                            // librdkafka's queue is full: let it drain.
+                            rec = r;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                            rejected += 1;
+                            break;
+                        }
+                        Err((e, _)) => {
+                            tracing::warn!(error = %e, "kafka produce failed; will retry");
+                            failed.push(i);
+                            break;
+                        }
+                    }
+                }
+            }
+            for (i, f) in waits {
+                match f.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _))) => {
+                        rejected += 1;
+                    }
+                    Ok(Err((e, _))) => {
+                        if failed.is_empty() {
+                            tracing::warn!(error = %e, "kafka delivery failed; will retry");
+                        }
+                        failed.push(i);
+                    }
+                    Err(_) => failed.push(i),
+                }
+            }
+            if failed.is_empty() {
+                break;
+            }
+            failed_counter.inc_by(failed.len() as u64);
+            dm.retried_events.inc_by(failed.len() as u64);
+            window.on_failure();
+            let d = backoff.next_delay();
+            tracing::warn!(records = failed.len(), retry_in_ms = d.as_millis() as u64, "kafka: retrying undelivered messages");
+            tokio::time::sleep(d).await;
+            failed.sort_unstable();
+            pending = failed;
+        }
+        if rejected > 0 {
+            tracing::error!(
+                messages = rejected,
+                "kafka rejected messages larger than its size limit (message.max.bytes); counted as discarded `message_too_large`"
+            );
+            self.metrics.discarded("message_too_large", rejected);
+        }
+        window.on_success();
+        dm.latency.observe(started.elapsed().as_secs_f64());
+        self.metrics.sent_events.inc_by(p.events - rejected.min(p.events));
+        self.metrics.sent_bytes.inc_by(p.data.bytes.len() as u64);
+        p.ack.ack();
+    }
+}

@@ -1,0 +1,108 @@
+//! `{{ field }}` templates, such as Kafka topics `app-{{ level }}`.
+
+use petrel_core::config::Node;
+use petrel_core::{Event, EventBatch, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Lit(String),
+    Field(String),
+}
+
+/// A parsed template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+impl Template {
+    /// Parses `text`; an unclosed `{{` or an empty field name is reported
+    /// at `node`.
+    pub fn parse(text: &str, node: Node<'_>) -> Option<Self> {
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find("{{") {
+            if open > 0 {
+                parts.push(Part::Lit(rest[..open].to_string()));
+            }
+            let after = &rest[open + 2..];
+            let Some(close) = after.find("}}") else {
+                node.error(format!("unclosed `{{{{` in template `{text}`; write `{{{{ field }}}}`"));
+                return None;
+            };
+            let name = after[..close].trim();
+            if name.is_empty() {
+                node.error(format!("empty `{{{{ }}}}` in template `{text}`; name a field inside"));
+                return None;
+            }
+            parts.push(Part::Field(name.to_string()));
+            rest = &after[close + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Lit(rest.to_string()));
+        }
+        Some(Self { parts })
+    }
+
+    /// The text when the template has no fields.
+    pub fn as_static(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [] => Some(""),
+            [Part::Lit(s)] => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Renders into `out`; false when a field is missing or not text/number.
+    pub fn render(&self, ev: &Event, batch: &EventBatch, out: &mut String) -> bool {
+        out.clear();
+        for p in &self.parts {
+            match p {
+                Part::Lit(s) => out.push_str(s),
+                Part::Field(f) => match ev.get(f) {
+                    Some(Value::Int(i)) => out.push_str(&i.to_string()),
+                    _ => match batch.field_bytes(ev, f) {
+                        Some(b) if !b.is_empty() => out.push_str(&String::from_utf8_lossy(b)),
+                        _ => return false,
+                    },
+                },
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_core::config::{parse_yaml, ConfigErrors};
+    use petrel_core::Span;
+    use std::sync::Arc;
+
+    fn tpl(s: &str) -> Option<Template> {
+        let f: Arc<str> = "t.yaml".into();
+        let raw = parse_yaml(&f, "x: 1").unwrap();
+        let errs = ConfigErrors::new();
+        Template::parse(s, petrel_core::config::Node::root(&f, &raw, &errs))
+    }
+
+    #[test]
+    fn renders_fields_and_reports_missing() {
+        let t = tpl("app-{{ level }}").unwrap();
+        let batch = EventBatch::new(
+            bytes::Bytes::from_static(b"warn"),
+            Arc::new(petrel_core::SourceInfo { path: "/x".into() }),
+        );
+        let mut ev = Event::from_span(Span::new(0, 0));
+        let mut out = String::new();
+        assert!(!t.render(&ev, &batch, &mut out));
+        ev.set("level".into(), Value::Span(Span::new(0, 4)));
+        assert!(t.render(&ev, &batch, &mut out));
+        assert_eq!(out, "app-warn");
+        let f = tpl("f={{ file }}").unwrap();
+        assert!(f.render(&ev, &batch, &mut out));
+        assert_eq!(out, "f=/x");
+        assert_eq!(tpl("plain").unwrap().as_static(), Some("plain"));
+        assert!(tpl("bad-{{ level").is_none());
+    }
+}

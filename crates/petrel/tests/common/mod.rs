@@ -1,0 +1,576 @@
+//! Shared harness for the end-to-end tests: runs the real `petrel` binary on
+//! real files in a temporary directory, reads its metrics over HTTP, and
+//! offers bounded waits that fail with a helpful message.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Generous bound for waits on a loaded 2-core machine.
+pub const LONG: Duration = Duration::from_secs(60);
+/// Bound for things that should happen within a few seconds.
+pub const MEDIUM: Duration = Duration::from_secs(30);
+/// Poll period of the wait loops.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_petrel"))
+}
+
+/// A fresh temporary directory (removed on drop).
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("petrel-e2e-")
+        .tempdir()
+        .expect("create temp dir")
+}
+
+/// Writes `yaml` to `dir/<name>.yaml` (the pipeline is then called `name`).
+pub fn write_config(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+    let p = dir.join(format!("{name}.yaml"));
+    std::fs::write(&p, yaml).expect("write config");
+    p
+}
+
+/// A one-source, one-sink pipeline reading `include` from the beginning and
+/// writing `text` to `out`.
+pub fn simple_config(include: &str, out: &Path, extra_source_keys: &str) -> String {
+    format!(
+        "sources:\n  - type: file\n    include: [\"{include}\"]\n    read_from: beginning\n{extra_source_keys}sinks:\n  - type: file\n    path: \"{}\"\n    encoding: text\n",
+        out.display()
+    )
+}
+
+/// Polls `check` every [`POLL`] until it returns `Ok`, or panics after
+/// `timeout` with `what` and the last reason `check` gave.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(why) => {
+                if start.elapsed() >= timeout {
+                    panic!("timed out after {timeout:?} waiting for {what}: {why}");
+                }
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Appends `data` to `path` (creating it).
+pub fn append(path: &Path, data: &[u8]) {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    f.write_all(data).expect("append");
+}
+
+/// The complete (newline-terminated) lines of `path`, without newlines; a
+/// missing file has none, and a trailing unterminated piece is ignored.
+pub fn read_lines(path: &Path) -> Vec<Vec<u8>> {
+    match std::fs::read(path) {
+        Ok(b) => split_lines(&b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("read {}: {e}", path.display()),
+    }
+}
+
+/// Complete lines of `b`, without newlines.
+pub fn split_lines(b: &[u8]) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = b.split(|&c| c == b'\n').map(<[u8]>::to_vec).collect();
+    v.pop(); // the piece after the last newline (empty when complete)
+    v
+}
+
+/// Number of complete lines in `path` (0 when missing).
+pub fn count_lines(path: &Path) -> usize {
+    match std::fs::read(path) {
+        Ok(b) => memchr_count(&b),
+        Err(_) => 0,
+    }
+}
+
+fn memchr_count(b: &[u8]) -> usize {
+    b.iter().filter(|&&c| c == b'\n').count()
+}
+
+/// Counts of each distinct line.
+pub fn histogram<I: IntoIterator<Item = Vec<u8>>>(lines: I) -> HashMap<Vec<u8>, usize> {
+    let mut h = HashMap::new();
+    for l in lines {
+        *h.entry(l).or_insert(0) += 1;
+    }
+    h
+}
+
+/// Runs `petrel gen` and returns the number of bytes written.
+pub fn gen(format: &str, size: &str, output: &Path) -> u64 {
+    let out = Command::new(bin())
+        .args(["gen", "--format", format, "--size", size, "--output"])
+        .arg(output)
+        .output()
+        .expect("run petrel gen");
+    assert!(
+        out.status.success(),
+        "petrel gen failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::metadata(output).expect("gen output").len()
+}
+
+/// Runs `petrel` with `args` to completion; returns (exit code, stdout, stderr).
+pub fn run_to_end(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .env_remove("PETREL_LOG")
+        .env_remove("PETREL_DATA_DIR")
+        .output()
+        .expect("run petrel");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What to do with the agent's standard output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdoutMode {
+    /// Discard it.
+    Null,
+    /// Collect it in the background ([`Agent::stdout_bytes`]).
+    Capture,
+    /// Leave the pipe unread for the test to take ([`Agent::take_stdout`]).
+    Piped,
+}
+
+/// Options of [`Agent::start_with`].
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Extra command line arguments after the standard ones.
+    pub args: Vec<String>,
+    /// Standard output handling.
+    pub stdout: StdoutMode,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            args: Vec::new(),
+            stdout: StdoutMode::Null,
+        }
+    }
+}
+
+/// A running `petrel run`. Killed (SIGKILL) on drop if still running; its
+/// stderr is printed when the test panics.
+pub struct Agent {
+    child: Child,
+    /// The API port.
+    pub port: u16,
+    stderr: Arc<Mutex<String>>,
+    stdout: Option<Arc<Mutex<Vec<u8>>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    exit: Option<ExitStatus>,
+}
+
+impl Agent {
+    /// Starts `petrel run --config config --data-dir data_dir` with an API on
+    /// a free port and waits until the API is listening.
+    pub fn start(config: &Path, data_dir: &Path) -> Agent {
+        Self::start_with(config, data_dir, AgentOptions::default())
+    }
+
+    /// Like [`Agent::start`], with options.
+    pub fn start_with(config: &Path, data_dir: &Path, opts: AgentOptions) -> Agent {
+        let mut cmd = Command::new(bin());
+        cmd.arg("run")
+            .arg("--config")
+            .arg(config)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--api-addr", "127.0.0.1:0", "--log-level", "info"])
+            .args(&opts.args)
+            .env_remove("PETREL_LOG")
+            .env_remove("PETREL_DATA_DIR")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .stdout(match opts.stdout {
+                StdoutMode::Null => Stdio::null(),
+                _ => Stdio::piped(),
+            });
+        let mut child = cmd.spawn().expect("spawn petrel run");
+        let stderr_pipe = child.stderr.take().expect("stderr pipe");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel::<u16>();
+        let mut readers = Vec::new();
+        {
+            let stderr = stderr.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut r = BufReader::new(stderr_pipe);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match r.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    let s = String::from_utf8_lossy(&line);
+                    if let Some(port) = parse_api_port(&s) {
+                        let _ = tx.send(port);
+                    }
+                    stderr.lock().unwrap().push_str(&s);
+                }
+            }));
+        }
+        let stdout = if opts.stdout == StdoutMode::Capture {
+            let mut pipe = child.stdout.take().expect("stdout pipe");
+            let buf = Arc::new(Mutex::new(Vec::new()));
+            let b = buf.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut chunk = vec![0u8; 64 * 1024];
+                loop {
+                    match pipe.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
+                    }
+                }
+            }));
+            Some(buf)
+        } else {
+            None
+        };
+        let mut agent = Agent {
+            child,
+            port: 0,
+            stderr,
+            stdout,
+            readers,
+            exit: None,
+        };
+        let deadline = Instant::now() + MEDIUM;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(port) => {
+                    agent.port = port;
+                    break;
+                }
+                Err(_) => {
+                    if let Ok(Some(st)) = agent.child.try_wait() {
+                        agent.exit = Some(st);
+                        std::thread::sleep(Duration::from_millis(100));
+                        panic!(
+                            "petrel run exited ({st}) before its API was up; stderr:\n{}",
+                            agent.stderr()
+                        );
+                    }
+                    if Instant::now() >= deadline {
+                        panic!(
+                            "petrel run did not log `API listening on` within {MEDIUM:?}; stderr:\n{}",
+                            agent.stderr()
+                        );
+                    }
+                }
+            }
+        }
+        agent
+    }
+
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the agent logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Standard output collected so far ([`StdoutMode::Capture`]).
+    pub fn stdout_bytes(&self) -> Vec<u8> {
+        self.stdout
+            .as_ref()
+            .expect("agent started without StdoutMode::Capture")
+            .lock()
+            .unwrap()
+            .clone()
+    }
+
+    /// The unread stdout pipe ([`StdoutMode::Piped`]).
+    pub fn take_stdout(&mut self) -> ChildStdout {
+        self.child
+            .stdout
+            .take()
+            .expect("agent started without StdoutMode::Piped")
+    }
+
+    /// GET `path` from the API; returns (status, body).
+    pub fn http_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "no HTTP header end")
+        })?;
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no status"))?;
+        Ok((status, body.to_string()))
+    }
+
+    /// The `/metrics` text (panics when the API does not answer 200).
+    pub fn metrics(&self) -> String {
+        match self.http_get("/metrics") {
+            Ok((200, body)) => body,
+            Ok((st, body)) => panic!("GET /metrics answered {st}: {body}"),
+            Err(e) => panic!("GET /metrics failed: {e}; stderr:\n{}", self.stderr()),
+        }
+    }
+
+    /// The value of the sample of `name` whose labels include `labels`.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        find_metric(&self.metrics(), name, labels)
+    }
+
+    /// Like [`Agent::metric`], 0 when absent.
+    pub fn metric_or_zero(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.metric(name, labels).unwrap_or(0.0)
+    }
+
+    /// Sends `sig` to the agent.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.child.id());
+    }
+
+    /// Waits for the process to exit, up to `timeout`; panics otherwise.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        if let Some(st) = self.exit {
+            return st;
+        }
+        let start = Instant::now();
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => {
+                    self.exit = Some(st);
+                    for r in self.readers.drain(..) {
+                        let _ = r.join();
+                    }
+                    return st;
+                }
+                Ok(None) => {}
+                Err(e) => panic!("wait for petrel: {e}"),
+            }
+            if start.elapsed() >= timeout {
+                panic!(
+                    "petrel did not exit within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then waits (bounded) and asserts exit code 0; returns how
+    /// long the exit took.
+    pub fn stop(&mut self) -> Duration {
+        let t = Instant::now();
+        self.signal(libc::SIGTERM);
+        let st = self.wait_exit(MEDIUM);
+        assert_eq!(
+            st.code(),
+            Some(0),
+            "petrel should exit 0 after SIGTERM, got {st}; stderr:\n{}",
+            self.stderr()
+        );
+        t.elapsed()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait_exit(MEDIUM);
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.stderr();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(60)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            eprintln!("---- petrel stderr (last 60 lines) ----\n{tail}\n----");
+        }
+    }
+}
+
+fn parse_api_port(line: &str) -> Option<u16> {
+    let rest = line.split("API listening on http://").nth(1)?;
+    let addr = rest.split_whitespace().next()?;
+    addr.rsplit(':').next()?.parse().ok()
+}
+
+/// Finds the sample of `name` (exact metric name, e.g.
+/// `petrel_files_open`) whose labels include every pair of `labels`.
+pub fn find_metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let (metric, label_text, value) = match line.find('{') {
+            Some(i) => {
+                let close = line.rfind('}')?;
+                (&line[..i], &line[i + 1..close], line[close + 1..].trim())
+            }
+            None => {
+                let mut it = line.splitn(2, ' ');
+                (it.next()?, "", it.next()?.trim())
+            }
+        };
+        if metric != name {
+            continue;
+        }
+        let got = parse_labels(label_text);
+        if labels
+            .iter()
+            .all(|(k, v)| got.iter().any(|(gk, gv)| gk == k && gv == v))
+        {
+            return value.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+fn parse_labels(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let eq = match s[i..].find('=') {
+            Some(e) => i + e,
+            None => break,
+        };
+        let key = s[i..eq].trim_matches(|c| c == ',' || c == ' ').to_string();
+        let mut j = eq + 2; // skip `="`
+        let mut val = String::new();
+        while j < b.len() && b[j] != b'"' {
+            if b[j] == b'\\' && j + 1 < b.len() {
+                j += 1;
+                val.push(match b[j] {
+                    b'n' => '\n',
+                    c => c as char,
+                });
+            } else {
+                // Label values are UTF-8; copy whole characters.
+                let ch = s[j..].chars().next().unwrap();
+                val.push(ch);
+                j += ch.len_utf8() - 1;
+            }
+            j += 1;
+        }
+        out.push((key, val));
+        i = j + 1;
+    }
+    out
+}
+
+/// Labels of a component of pipeline `p`.
+pub fn component<'a>(p: &'a str, kind: &'a str, id: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![("pipeline", p), ("component_kind", kind), ("component_id", id)]
+}
+
+/// The committed offset recorded for `path` in `data_dir/checkpoints.json`.
+pub fn checkpoint_offset(data_dir: &Path, path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(data_dir.join("checkpoints.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).expect("checkpoints.json is JSON");
+    let want = path.to_string_lossy();
+    for files in v.get("sources")?.as_object()?.values() {
+        for f in files.as_array()? {
+            if f.get("path").and_then(|p| p.as_str()) == Some(&want) {
+                return f.get("offset").and_then(|o| o.as_u64());
+            }
+        }
+    }
+    None
+}
+
+/// Cheap deterministic 64-bit hash of a line (FNV-1a), for comparing large
+/// data sets without holding every line.
+pub fn line_hash(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &c in b {
+        h ^= c as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// For each distinct line hash in `path`, how often it occurs; also returns
+/// the trailing unterminated piece, if any.
+pub fn hash_histogram(path: &Path) -> (HashMap<u64, u32>, Vec<u8>) {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let mut h = HashMap::new();
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        let n = r.read_until(b'\n', &mut line).expect("read");
+        if n == 0 {
+            return (h, Vec::new());
+        }
+        if line.last() != Some(&b'\n') {
+            return (h, line);
+        }
+        line.pop();
+        *h.entry(line_hash(&line)).or_insert(0) += 1;
+    }
+}
+
+/// File descriptors of process `pid` that point at `path` (including
+/// `path (deleted)`).
+pub fn fds_pointing_at(pid: u32, path: &Path) -> Vec<String> {
+    let want = path.to_string_lossy().into_owned();
+    let mut hits = Vec::new();
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return hits;
+    };
+    for e in rd.flatten() {
+        if let Ok(target) = std::fs::read_link(e.path()) {
+            let t = target.to_string_lossy().into_owned();
+            if t == want || t == format!("{want} (deleted)") {
+                hits.push(format!("{} -> {t}", e.path().display()));
+            }
+        }
+    }
+    hits
+}

@@ -1,0 +1,556 @@
+//! End-to-end tests of the file source: rotation, truncation, deletion,
+//! many files, invalid UTF-8, over-long lines and partial lines, all through
+//! the real binary and real files.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A numbered line of about 100 bytes: `line-000123 <payload>`.
+fn numbered(i: usize) -> String {
+    format!("line-{i:06} {}\n", payload(i))
+}
+
+fn payload(i: usize) -> String {
+    // Deterministic filler that differs per line, so that a line stitched
+    // from two others cannot pass as valid.
+    let mut s = String::with_capacity(88);
+    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while s.len() < 88 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push((b'a' + (x % 26) as u8) as char);
+    }
+    s
+}
+
+/// Parses a line produced by [`numbered`]; `None` when it is not one
+/// (corrupt, torn or stitched).
+fn parse_numbered(l: &[u8]) -> Option<usize> {
+    let s = std::str::from_utf8(l).ok()?;
+    let n: usize = s.strip_prefix("line-")?.get(..6)?.parse().ok()?;
+    (format!("{s}\n") == numbered(n)).then_some(n)
+}
+
+/// Per number, how often it appears in `out`; and the lines that are not
+/// valid numbered lines.
+fn tally(out: &Path) -> (HashMap<usize, usize>, Vec<String>) {
+    let mut seen = HashMap::new();
+    let mut bad = Vec::new();
+    for l in read_lines(out) {
+        match parse_numbered(&l) {
+            Some(n) => *seen.entry(n).or_insert(0) += 1,
+            None => bad.push(String::from_utf8_lossy(&l).chars().take(120).collect()),
+        }
+    }
+    (seen, bad)
+}
+
+fn files_open(agent: &Agent, pipeline: &str) -> f64 {
+    agent.metric_or_zero("petrel_files_open", &[("pipeline", pipeline)])
+}
+
+/// 1. A writer appends numbered lines and rotates by renaming (the rotated
+/// names do not match the include) while the agent runs; every line must
+/// arrive.
+#[test]
+fn rename_rotation_under_load_loses_nothing() {
+    const N: usize = 30_000;
+    const ROTATE_EVERY: usize = 5_000;
+    const BURST: usize = 50;
+    /// Lines written through the old handle after its rename, as a process
+    /// that has not reopened its log yet would.
+    const AFTER_RENAME: usize = 100;
+
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let app = logs.join("app.log");
+    File::create(&app).unwrap();
+    let out = dir.path().join("out.log");
+    let cfg = write_config(
+        dir.path(),
+        "rot",
+        &simple_config(&app.to_string_lossy(), &out, ""),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(MEDIUM, "the agent to open app.log", || {
+        match files_open(&agent, "rot") {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("files_open = {n}")),
+        }
+    });
+
+    let writer_app = app.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = OpenOptions::new().append(true).open(&writer_app).unwrap();
+        let mut rotations = 0;
+        let mut i = 0;
+        while i < N {
+            if i > 0 && i % ROTATE_EVERY == 0 {
+                rotations += 1;
+                let rotated = writer_app.with_file_name(format!("app.log.{rotations}"));
+                std::fs::rename(&writer_app, &rotated).unwrap();
+                let mut burst = String::new();
+                for _ in 0..AFTER_RENAME {
+                    burst.push_str(&numbered(i));
+                    i += 1;
+                }
+                f.write_all(burst.as_bytes()).unwrap();
+                f = OpenOptions::new()
+                    .create_new(true)
+                    .append(true)
+                    .open(&writer_app)
+                    .unwrap();
+            }
+            let mut burst = String::new();
+            let end = (i + BURST).min(N).min((i / ROTATE_EVERY + 1) * ROTATE_EVERY);
+            while i < end {
+                burst.push_str(&numbered(i));
+                i += 1;
+            }
+            f.write_all(burst.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        rotations
+    });
+    let rotations = writer.join().expect("writer thread");
+    assert!(rotations >= 5, "the writer rotated {rotations} times");
+
+    let (seen, bad) = wait_for(LONG, "every numbered line in the output", || {
+        let (seen, bad) = tally(&out);
+        if seen.len() == N {
+            Ok((seen, bad))
+        } else {
+            let missing: Vec<usize> = (0..N).filter(|n| !seen.contains_key(n)).take(10).collect();
+            Err(format!(
+                "{} of {N} distinct lines so far; first missing: {missing:?}",
+                seen.len()
+            ))
+        }
+    });
+    let dups: usize = seen.values().map(|c| c - 1).sum();
+    eprintln!("rename rotation: {N} lines, {rotations} rotations, {dups} duplicate(s)");
+    assert!(bad.is_empty(), "corrupt or stitched lines in the output: {bad:?}");
+    assert!((0..N).all(|n| seen.contains_key(&n)));
+    assert_eq!(
+        dups, 0,
+        "lines delivered more than once without any restart or failure"
+    );
+}
+
+/// 2. copytruncate: the file is copied away and truncated in place, then
+/// written again; the new lines must arrive, whether the new content is
+/// shorter than the old offset (size check) or longer (fingerprint check).
+#[test]
+fn copytruncate_rereads_from_start() {
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let out = dir.path().join("out.log");
+    let mut expected: Vec<String> = (0..200).map(|i| format!("old-{i:04} first generation\n")).collect();
+    append(&app, expected.concat().as_bytes());
+    let cfg = write_config(
+        dir.path(),
+        "ct",
+        &simple_config(&app.to_string_lossy(), &out, ""),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    let wait_all = |expected: &Vec<String>, what: &str| {
+        wait_for(LONG, what, || {
+            let got = histogram(read_lines(&out));
+            let missing: Vec<&String> = expected
+                .iter()
+                .filter(|l| !got.contains_key(l.trim_end().as_bytes()))
+                .take(5)
+                .collect();
+            if missing.is_empty() {
+                Ok(got)
+            } else {
+                Err(format!("missing e.g. {missing:?}"))
+            }
+        })
+    };
+    wait_all(&expected, "the first generation");
+
+    // Round 1: shorter new content (size < offset).
+    std::fs::copy(&app, dir.path().join("app.log.1")).unwrap();
+    OpenOptions::new().write(true).open(&app).unwrap().set_len(0).unwrap();
+    let round1: Vec<String> = (0..20).map(|i| format!("new-{i:04} second generation\n")).collect();
+    append(&app, round1.concat().as_bytes());
+    expected.extend(round1);
+    wait_all(&expected, "the lines written after the first truncation");
+
+    // Round 2: truncate and at once write more than was there before, so
+    // that only the changed first bytes reveal the rewrite.
+    std::fs::copy(&app, dir.path().join("app.log.2")).unwrap();
+    OpenOptions::new().write(true).open(&app).unwrap().set_len(0).unwrap();
+    let round2: Vec<String> = (0..400).map(|i| format!("NEW-{i:04} third generation!!\n")).collect();
+    append(&app, round2.concat().as_bytes());
+    expected.extend(round2);
+    let got = wait_all(&expected, "the lines written after the second truncation");
+
+    let known: std::collections::HashSet<&[u8]> =
+        expected.iter().map(|l| l.trim_end().as_bytes()).collect();
+    let unknown: Vec<String> = got
+        .keys()
+        .filter(|l| !known.contains(l.as_slice()))
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .collect();
+    assert!(unknown.is_empty(), "lines that were never written: {unknown:?}");
+    let truncations = wait_for(MEDIUM, "file_truncated >= 2", || {
+        let n = agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[
+                ("pipeline", "ct"),
+                ("component_kind", "source"),
+                ("error_type", "file_truncated"),
+            ],
+        );
+        if n >= 2.0 {
+            Ok(n)
+        } else {
+            Err(format!("file_truncated = {n}"))
+        }
+    });
+    eprintln!("copytruncate: file_truncated = {truncations}");
+}
+
+/// 3. A file deleted while open is read to its end and closed, releasing
+/// its descriptor.
+#[test]
+fn deleted_file_is_closed() {
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let out = dir.path().join("out.log");
+    let lines: String = (0..1000).map(numbered).collect();
+    append(&app, lines.as_bytes());
+    let cfg = write_config(
+        dir.path(),
+        "del",
+        &simple_config(&format!("{}/*.log", dir.path().display()), &out, ""),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "all 1000 lines", || match count_lines(&out) {
+        1000 => Ok(()),
+        n => Err(format!("{n} lines")),
+    });
+    wait_for(MEDIUM, "files_open = 1", || match files_open(&agent, "del") {
+        n if n == 1.0 => Ok(()),
+        n => Err(format!("files_open = {n}")),
+    });
+    let fds = fds_pointing_at(agent.pid(), &app);
+    assert!(!fds.is_empty(), "the agent should hold {} open", app.display());
+
+    std::fs::remove_file(&app).unwrap();
+    wait_for(MEDIUM, "files_open to drop to 0 after deletion", || {
+        match files_open(&agent, "del") {
+            n if n == 0.0 => Ok(()),
+            n => Err(format!("files_open = {n}")),
+        }
+    });
+    wait_for(MEDIUM, "the descriptor of the deleted file to be closed", || {
+        let fds = fds_pointing_at(agent.pid(), &app);
+        if fds.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still open: {fds:?}"))
+        }
+    });
+    assert_eq!(count_lines(&out), 1000, "no line lost or repeated");
+}
+
+/// 4. 10,000 files in 100 nested directories, half present at start and
+/// half created while running; every line arrives.
+#[test]
+fn ten_thousand_files_in_nested_dirs() {
+    const DIRS: usize = 100;
+    const FILES: usize = 100;
+    let dir = tempdir();
+    let root = dir.path().join("root");
+    let out = dir.path().join("out.log");
+    let mut expected = BTreeSet::new();
+    let mut make_dir = |d: usize| {
+        // Two levels: root/gNN/dNNN/fNNN.log.
+        let sub = root.join(format!("g{:02}", d % 10)).join(format!("d{d:03}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..FILES {
+            let mut body = String::new();
+            for l in 0..1 + (d * FILES + f) % 3 {
+                let line = format!("d{d:03}-f{f:03}-l{l}");
+                body.push_str(&line);
+                body.push('\n');
+                expected.insert(line);
+            }
+            std::fs::write(sub.join(format!("f{f:03}.log")), body).unwrap();
+        }
+        // Not matched by the include.
+        std::fs::write(sub.join("ignored.txt"), "not a log\n").unwrap();
+    };
+    for d in 0..DIRS / 2 {
+        make_dir(d);
+    }
+    let cfg = write_config(
+        dir.path(),
+        "many",
+        &simple_config(&format!("{}/**/*.log", root.display()), &out, ""),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    for d in DIRS / 2..DIRS {
+        make_dir(d);
+    }
+    let total = expected.len();
+    wait_for(LONG, "every line of 10,000 files", || match count_lines(&out) {
+        n if n >= total => Ok(()),
+        n => Err(format!("{n} of {total} lines")),
+    });
+    let got = histogram(read_lines(&out));
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|l| !got.contains_key(l.as_bytes()))
+        .take(10)
+        .collect();
+    assert!(missing.is_empty(), "missing lines, e.g. {missing:?}");
+    let extra: Vec<String> = got
+        .keys()
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .filter(|l| !expected.contains(l))
+        .take(10)
+        .collect();
+    assert!(extra.is_empty(), "unexpected lines: {extra:?}");
+    let dups: usize = got.values().map(|c| c - 1).sum();
+    assert_eq!(dups, 0, "lines delivered twice");
+    wait_for(MEDIUM, "files_open = 10000", || {
+        match files_open(&agent, "many") {
+            n if n == (DIRS * FILES) as f64 => Ok(()),
+            n => Err(format!("files_open = {n}")),
+        }
+    });
+}
+
+/// 8. Invalid UTF-8 passes byte-exact through `text` and is replaced (and
+/// counted) by `ndjson`.
+#[test]
+fn invalid_utf8_text_exact_ndjson_replaced() {
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let text_out = dir.path().join("out.txt");
+    let json_out = dir.path().join("out.ndjson");
+    let input: &[u8] = b"ok-1\nbad-\xff\xfe-end\nok-2 caf\xc3\xa9\n";
+    append(&app, input);
+    let cfg = write_config(
+        dir.path(),
+        "utf",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: text\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            app.display(),
+            text_out.display(),
+            json_out.display()
+        ),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "3 lines in both outputs", || {
+        match (count_lines(&text_out), count_lines(&json_out)) {
+            (3, 3) => Ok(()),
+            other => Err(format!("(text, ndjson) lines = {other:?}")),
+        }
+    });
+    let text = std::fs::read(&text_out).unwrap();
+    assert_eq!(
+        text,
+        input,
+        "text output must be byte-exact: {:?}",
+        String::from_utf8_lossy(&text)
+    );
+
+    let msgs: Vec<serde_json::Value> = read_lines(&json_out)
+        .iter()
+        .map(|l| serde_json::from_slice(l).expect("each ndjson line is valid JSON"))
+        .collect();
+    let messages: Vec<&str> = msgs
+        .iter()
+        .map(|v| v["message"].as_str().expect("message is a string"))
+        .collect();
+    assert!(messages.contains(&"ok-1"), "{messages:?}");
+    assert!(messages.contains(&"ok-2 café"), "{messages:?}");
+    let bad = messages
+        .iter()
+        .find(|m| m.starts_with("bad-"))
+        .unwrap_or_else(|| panic!("no bad- line in {messages:?}"));
+    let middle = bad
+        .strip_prefix("bad-")
+        .and_then(|m| m.strip_suffix("-end"))
+        .unwrap_or_else(|| panic!("bad line mangled: {bad:?}"));
+    assert!(
+        !middle.is_empty() && middle.chars().all(|c| c == '\u{FFFD}'),
+        "invalid bytes should become U+FFFD, got {bad:?}"
+    );
+    for v in &msgs {
+        assert_eq!(v["file"].as_str(), Some(&*app.to_string_lossy()), "{v}");
+    }
+    let invalid = wait_for(MEDIUM, "invalid_utf8 >= 1 on the ndjson sink", || {
+        let n = agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[
+                ("pipeline", "utf"),
+                ("component_kind", "sink"),
+                ("component_id", "file_1"),
+                ("error_type", "invalid_utf8"),
+            ],
+        );
+        if n >= 1.0 {
+            Ok(n)
+        } else {
+            Err(format!("invalid_utf8 = {n}"))
+        }
+    });
+    eprintln!("invalid_utf8 on ndjson sink = {invalid}");
+    let text_invalid = agent.metric_or_zero(
+        "petrel_component_errors_total",
+        &[
+            ("pipeline", "utf"),
+            ("component_kind", "sink"),
+            ("component_id", "file_0"),
+            ("error_type", "invalid_utf8"),
+        ],
+    );
+    assert_eq!(text_invalid, 0.0, "the text sink alters nothing");
+}
+
+/// 9. A 10 MiB line with the default max_line_bytes (1 MiB) is split into
+/// 10 pieces that together are the line; the agent goes on.
+#[test]
+fn ten_mib_line_is_split_into_pieces() {
+    const MIB: usize = 1 << 20;
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let out = dir.path().join("out.log");
+    let mut line = Vec::with_capacity(10 * MIB + 1);
+    let mut x: u64 = 0x1234_5678_9abc_def1;
+    while line.len() < 10 * MIB {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        line.push(b'A' + (x % 26) as u8);
+    }
+    let mut data = line.clone();
+    data.push(b'\n');
+    append(&app, &data);
+    let cfg = write_config(
+        dir.path(),
+        "long",
+        &simple_config(&app.to_string_lossy(), &out, ""),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "10 MiB of pieces in the output", || {
+        let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) as usize;
+        if len >= 10 * MIB + 10 {
+            Ok(())
+        } else {
+            Err(format!("{len} bytes"))
+        }
+    });
+    append(&app, b"after the long line\n");
+    wait_for(LONG, "the normal line written after the long one", || {
+        if read_lines(&out).iter().any(|l| l == b"after the long line") {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    });
+    let lines = read_lines(&out);
+    let pieces: Vec<&Vec<u8>> = lines
+        .iter()
+        .filter(|l| l.as_slice() != b"after the long line")
+        .collect();
+    let lens: Vec<usize> = pieces.iter().map(|p| p.len()).collect();
+    assert_eq!(
+        pieces.len(),
+        10,
+        "expected 10 pieces of at most 1 MiB, got lengths {lens:?}"
+    );
+    assert!(lens.iter().all(|&l| l <= MIB), "piece lengths {lens:?}");
+    let in_order: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+    if in_order != line {
+        // Tell reordering apart from corruption.
+        let mut at: Vec<usize> = pieces
+            .iter()
+            .map(|p| {
+                (0..10)
+                    .find(|k| line[k * MIB..((k + 1) * MIB).min(line.len())] == p[..])
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        let arrived = at.clone();
+        at.sort_unstable();
+        assert_eq!(
+            at,
+            (0..10).collect::<Vec<_>>(),
+            "the pieces are not the line's 1 MiB chunks (arrival order {arrived:?})"
+        );
+        panic!("the pieces arrived out of order: {arrived:?}");
+    }
+    let too_long = agent.metric_or_zero(
+        "petrel_component_errors_total",
+        &[
+            ("pipeline", "long"),
+            ("component_kind", "source"),
+            ("error_type", "line_too_long"),
+        ],
+    );
+    assert!(too_long >= 1.0, "line_too_long = {too_long}");
+    eprintln!("10 MiB line: line_too_long = {too_long}");
+}
+
+/// 11. An unterminated last line is emitted after partial_line_timeout_ms.
+#[test]
+fn partial_last_line_is_emitted_after_timeout() {
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let out = dir.path().join("out.log");
+    append(&app, b"first\n");
+    let cfg = write_config(
+        dir.path(),
+        "partial",
+        &simple_config(
+            &app.to_string_lossy(),
+            &out,
+            "    partial_line_timeout_ms: 300\n",
+        ),
+    );
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "the first line", || match count_lines(&out) {
+        1 => Ok(()),
+        n => Err(format!("{n} lines")),
+    });
+    let written = Instant::now();
+    append(&app, b"abc");
+    wait_for(LONG, "the unterminated `abc` as an event", || {
+        let got = std::fs::read(&out).unwrap_or_default();
+        if got == b"first\nabc\n" {
+            Ok(())
+        } else {
+            Err(format!("output {:?}", String::from_utf8_lossy(&got)))
+        }
+    });
+    assert!(
+        written.elapsed() >= Duration::from_millis(300),
+        "emitted before partial_line_timeout_ms"
+    );
+    // What follows is a new line, not a continuation of `abc`.
+    append(&app, b"def\n");
+    wait_for(LONG, "`def` as its own line", || {
+        let got = std::fs::read(&out).unwrap_or_default();
+        if got == b"first\nabc\ndef\n" {
+            Ok(())
+        } else {
+            Err(format!("output {:?}", String::from_utf8_lossy(&got)))
+        }
+    });
+}

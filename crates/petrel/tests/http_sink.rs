@@ -1,0 +1,239 @@
+//! End-to-end tests of the HTTP sink against a real HTTP server (axum on
+//! hyper) started by the test on 127.0.0.1.
+
+mod common;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use common::*;
+
+/// What the server saw.
+#[derive(Default)]
+struct Seen {
+    /// Decoded bodies of accepted requests.
+    bodies: Mutex<Vec<Vec<u8>>>,
+    /// Arrival time of every request.
+    times: Mutex<Vec<Instant>>,
+    /// Requests so far.
+    requests: AtomicUsize,
+    /// Authorization headers seen.
+    auth: Mutex<Vec<String>>,
+}
+
+/// How the server answers: `fail_first` requests get `status` (with
+/// `Retry-After: retry_after` if set), later ones 200.
+#[derive(Clone)]
+struct Behaviour {
+    fail_first: usize,
+    status: u16,
+    retry_after: Option<u64>,
+}
+
+fn decode(headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
+    match headers.get("content-encoding").and_then(|v| v.to_str().ok()) {
+        Some("gzip") => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .expect("valid gzip body");
+            out
+        }
+        Some("zstd") => zstd::stream::decode_all(body).expect("valid zstd body"),
+        _ => body.to_vec(),
+    }
+}
+
+/// Runs a server on `addr` (port 0: any) in its own thread; returns its
+/// address. It lives until the test process ends.
+fn serve(addr: SocketAddr, behaviour: Behaviour, seen: Arc<Seen>) -> SocketAddr {
+    let listener = std::net::TcpListener::bind(addr).expect("bind test server");
+    listener.set_nonblocking(true).unwrap();
+    let local = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = Router::new().route(
+                "/ingest",
+                post(move |headers: HeaderMap, body: Bytes| {
+                    let seen = seen.clone();
+                    let b = behaviour.clone();
+                    async move {
+                        seen.times.lock().unwrap().push(Instant::now());
+                        if let Some(a) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                            seen.auth.lock().unwrap().push(a.to_string());
+                        }
+                        let n = seen.requests.fetch_add(1, Ordering::SeqCst);
+                        if n < b.fail_first {
+                            let mut r: Response = (
+                                StatusCode::from_u16(b.status).unwrap(),
+                                format!("refused on purpose, request {n}"),
+                            )
+                                .into_response();
+                            if let Some(s) = b.retry_after {
+                                r.headers_mut().insert("retry-after", s.to_string().parse().unwrap());
+                            }
+                            return r;
+                        }
+                        seen.bodies.lock().unwrap().push(decode(&headers, &body));
+                        StatusCode::OK.into_response()
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    local
+}
+
+fn lines_file(dir: &std::path::Path, n: usize) -> (std::path::PathBuf, Vec<String>) {
+    let p = dir.join("app.log");
+    let lines: Vec<String> = (0..n).map(|i| format!("http line {i:06}")).collect();
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(&p, text).unwrap();
+    (p, lines)
+}
+
+fn http_config(include: &std::path::Path, addr: SocketAddr, extra: &str) -> String {
+    format!(
+        "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\n\
+         sinks:\n  - type: http\n    url: \"http://{addr}/ingest\"\n    batch: {{ max_events: 500, timeout_ms: 200 }}\n{extra}",
+        include.display()
+    )
+}
+
+/// Messages received, from ndjson or JSON-array bodies.
+fn received_messages(seen: &Seen) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in seen.bodies.lock().unwrap().iter() {
+        let values: Vec<serde_json::Value> = if b.first() == Some(&b'[') {
+            serde_json::from_slice(b).expect("JSON array body")
+        } else {
+            b.split(|c| *c == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| serde_json::from_slice(l).expect("ndjson line"))
+                .collect()
+        };
+        for v in values {
+            out.push(v["message"].as_str().expect("message field").to_string());
+        }
+    }
+    out
+}
+
+fn wait_all(seen: &Seen, lines: &[String]) {
+    wait_for(LONG, "every line at the HTTP server", || {
+        let got = received_messages(seen);
+        let set: std::collections::HashSet<&String> = got.iter().collect();
+        let missing = lines.iter().filter(|l| !set.contains(l)).count();
+        if missing == 0 {
+            Ok(())
+        } else {
+            Err(format!("{missing} of {} missing", lines.len()))
+        }
+    });
+}
+
+#[test]
+fn delivers_gzip_ndjson_with_headers() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 3000);
+    let seen = Arc::new(Seen::default());
+    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: 0, status: 200, retry_after: None }, seen.clone());
+    let cfg = write_config(
+        dir.path(),
+        "gz",
+        &http_config(&app, addr, "    compression: gzip\n    headers: { Authorization: \"Bearer ${PETREL_TEST_TOKEN}\" }\n"),
+    );
+    std::env::set_var("PETREL_TEST_TOKEN", "s3cret");
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_all(&seen, &lines);
+    assert!(seen.auth.lock().unwrap().iter().all(|a| a == "Bearer s3cret"));
+    assert!(seen.requests.load(Ordering::SeqCst) >= 6, "3000 events in requests of at most 500");
+    assert_eq!(received_messages(&seen).len(), 3000, "no duplicates without failures");
+}
+
+#[test]
+fn retries_500_then_succeeds_zstd_json_array() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 1000);
+    let seen = Arc::new(Seen::default());
+    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: 3, status: 500, retry_after: None }, seen.clone());
+    let cfg = write_config(
+        dir.path(),
+        "five",
+        &http_config(&app, addr, "    compression: zstd\n    encoding: json_array\n"),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_all(&seen, &lines);
+    let retried = agent.metric_or_zero("petrel_component_retried_events_total", &component("five", "sink", "http_0"));
+    assert!(retried > 0.0, "the 500 answers were retried");
+}
+
+#[test]
+fn honours_retry_after_on_429() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 100);
+    let seen = Arc::new(Seen::default());
+    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: 1, status: 429, retry_after: Some(2) }, seen.clone());
+    let cfg = write_config(dir.path(), "tmr", &http_config(&app, addr, ""));
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_all(&seen, &lines);
+    let times = seen.times.lock().unwrap().clone();
+    assert!(times.len() >= 2);
+    let gap = times[1] - times[0];
+    assert!(gap >= Duration::from_millis(1900), "retried after {gap:?}, Retry-After said 2 s");
+}
+
+#[test]
+fn connection_refused_then_server_up() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 500);
+    // Reserve a port, then leave it closed while the agent starts.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let cfg = write_config(dir.path(), "late", &http_config(&app, addr, ""));
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    let sink = component("late", "sink", "http_0");
+    wait_for(LONG, "a failed attempt", || {
+        match agent.metric_or_zero("petrel_component_errors_total", &[("pipeline", "late"), ("error_type", "request_failed")]) {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("{n} failures")),
+        }
+    });
+    assert_eq!(agent.metric_or_zero("petrel_component_sent_events_total", &sink), 0.0);
+    let seen = Arc::new(Seen::default());
+    serve(addr, Behaviour { fail_first: 0, status: 200, retry_after: None }, seen.clone());
+    wait_all(&seen, &lines);
+}
+
+#[test]
+fn rejected_4xx_is_counted_and_logged() {
+    let dir = tempdir();
+    let (app, _lines) = lines_file(dir.path(), 10);
+    let seen = Arc::new(Seen::default());
+    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: usize::MAX, status: 400, retry_after: None }, seen.clone());
+    let cfg = write_config(dir.path(), "rej", &http_config(&app, addr, ""));
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "rejected events counted", || {
+        match agent.metric_or_zero("petrel_component_discarded_events_total", &[("pipeline", "rej"), ("reason", "http_rejected")]) {
+            n if n == 10.0 => Ok(()),
+            n => Err(format!("{n} counted")),
+        }
+    });
+    assert!(agent.stderr().contains("refused on purpose"), "the response body is logged");
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "a 400 is not retried");
+}

@@ -1,0 +1,232 @@
+//! A real Apache Kafka broker (KRaft, single node) on 127.0.0.1 for the
+//! tests, run from the jars `scripts/fetch-kafka.sh` puts in
+//! `.cache/kafka/lib`, plus a consumer that reads topics back.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+
+/// A running (or stopped) broker with its own data directory.
+pub struct Broker {
+    dir: tempfile::TempDir,
+    props: PathBuf,
+    /// Client port.
+    pub port: u16,
+    child: Option<Child>,
+}
+
+fn lib_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/kafka/lib")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn java_cp() -> String {
+    let lib = lib_dir();
+    assert!(
+        lib.join(".complete").exists(),
+        "Kafka jars missing in {}: run scripts/fetch-kafka.sh (scripts/test.sh does)",
+        lib.display()
+    );
+    format!("{}/*", lib.display())
+}
+
+impl Broker {
+    /// Formats storage and starts a broker on free loopback ports; waits
+    /// until it serves metadata.
+    pub fn start() -> Broker {
+        let dir = tempfile::Builder::new()
+            .prefix("petrel-kafka-")
+            .tempdir()
+            .expect("temp dir");
+        let port = free_port();
+        let ctrl = free_port();
+        let props = dir.path().join("server.properties");
+        std::fs::write(
+            &props,
+            format!(
+                "process.roles=broker,controller\n\
+                 node.id=1\n\
+                 controller.quorum.voters=1@127.0.0.1:{ctrl}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{ctrl}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                 controller.listener.names=CONTROLLER\n\
+                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
+                 log.dirs={}\n\
+                 num.partitions=3\n\
+                 auto.create.topics.enable=true\n\
+                 offsets.topic.replication.factor=1\n\
+                 transaction.state.log.replication.factor=1\n\
+                 transaction.state.log.min.isr=1\n\
+                 group.initial.rebalance.delay.ms=0\n\
+                 log.flush.interval.messages=9223372036854775807\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .expect("write server.properties");
+        let st = Command::new("java")
+            .args(["-cp", &java_cp(), "kafka.tools.StorageTool", "format", "-t"])
+            .arg("petrel-test-cluster-0001")
+            .arg("-c")
+            .arg(&props)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run kafka StorageTool");
+        assert!(st.success(), "kafka storage format failed: {st}");
+        let mut b = Broker {
+            dir,
+            props,
+            port,
+            child: None,
+        };
+        b.restart();
+        b
+    }
+
+    /// `host:port` for clients.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the broker process again (after [`Broker::stop`]).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "broker already running");
+        let log = std::fs::File::create(self.dir.path().join("broker.log")).expect("broker log");
+        let child = Command::new("java")
+            .args(["-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-cp", &java_cp(), "kafka.Kafka"])
+            .arg(&self.props)
+            .stdout(Stdio::from(log.try_clone().expect("log fd")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start kafka broker");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let c: Result<BaseConsumer, _> = ClientConfig::new()
+                .set("bootstrap.servers", self.bootstrap())
+                .set("group.id", "petrel-probe")
+                .create();
+            if let Ok(c) = c {
+                if let Ok(md) = c.fetch_metadata(None, Duration::from_secs(2)) {
+                    if !md.brokers().is_empty() {
+                        return;
+                    }
+                }
+            }
+            if let Some(ch) = self.child.as_mut() {
+                if let Ok(Some(st)) = ch.try_wait() {
+                    panic!("kafka broker exited early ({st}); log:\n{}", self.log());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kafka broker not ready within 90 s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Stops the broker (SIGTERM, then SIGKILL after 30 s).
+    pub fn stop(&mut self) {
+        let Some(mut ch) = self.child.take() else { return };
+        // SAFETY: signalling our own child process.
+        unsafe {
+            libc::kill(ch.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = ch.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = ch.kill();
+        let _ = ch.wait();
+    }
+
+    /// The broker's log so far (last 4 KiB).
+    pub fn log(&self) -> String {
+        let s = std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default();
+        s[s.len().saturating_sub(4096)..].to_string()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut ch) = self.child.take() {
+            let _ = ch.kill();
+            let _ = ch.wait();
+        }
+    }
+}
+
+/// A message read back.
+#[derive(Debug, Clone)]
+pub struct Consumed {
+    /// Partition it was in.
+    pub partition: i32,
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its value.
+    pub value: Vec<u8>,
+}
+
+/// Reads `topics` from the beginning until `expected` messages arrived and
+/// nothing more came for `settle`, or until `timeout`.
+pub fn consume(bootstrap: &str, topics: &[&str], expected: usize, settle: Duration, timeout: Duration) -> Vec<Consumed> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("petrel-test-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .expect("consumer");
+    c.subscribe(topics).expect("subscribe");
+    let mut out = Vec::new();
+    let start = Instant::now();
+    let mut last = Instant::now();
+    while start.elapsed() < timeout {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                out.push(Consumed {
+                    partition: m.partition(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                });
+                last = Instant::now();
+            }
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {
+                if out.len() >= expected && last.elapsed() >= settle {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How often each value was seen.
+pub fn value_counts(msgs: &[Consumed]) -> HashMap<Vec<u8>, usize> {
+    let mut h = HashMap::new();
+    for m in msgs {
+        *h.entry(m.value.clone()).or_insert(0) += 1;
+    }
+    h
+}

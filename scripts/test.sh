@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs every test: formatting, lints, unit
-# and end-to-end tests against the real binary.
+# tests, and end-to-end tests against the real binary, a real Apache Kafka
+# broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh)
+# and real HTTP servers, all on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+echo "== fetch the Kafka broker used by the tests"
+./scripts/fetch-kafka.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -20,8 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput};
 use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput,
+};
 use petrel::gen::{DataSet, Generator};
 use petrel::processors::common::OnError;
 use petrel::processors::parse_delimiter::{self, Extra, ParseDelimiter, Splitter};
@@ -69,7 +71,13 @@ fn batch(buf: &Bytes, spans: &[Span]) -> EventBatch {
 }
 
 /// The whole processor over one batch (the batch is rebuilt outside the timing).
-fn bench_processor(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, p: &dyn Processor, buf: &Bytes, spans: &[Span]) {
+fn bench_processor(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    p: &dyn Processor,
+    buf: &Bytes,
+    spans: &[Span],
+) {
     g.bench_function(name, |b| {
         b.iter_batched_ref(
             || batch(buf, spans),
@@ -116,7 +124,10 @@ fn regex512(c: &mut Criterion) {
             black_box(n)
         })
     });
-    for (name, unicode) in [("regex_bytes_captures_read", true), ("regex_bytes_ascii_captures_read", false)] {
+    for (name, unicode) in [
+        ("regex_bytes_captures_read", true),
+        ("regex_bytes_ascii_captures_read", false),
+    ] {
         let re = regex::bytes::RegexBuilder::new(PATTERN)
             .unicode(unicode)
             .build()
@@ -134,7 +145,10 @@ fn regex512(c: &mut Criterion) {
             })
         });
     }
-    for (name, jit) in [("pcre2_captures_read", false), ("pcre2_jit_captures_read", true)] {
+    for (name, jit) in [
+        ("pcre2_captures_read", false),
+        ("pcre2_jit_captures_read", true),
+    ] {
         let re = pcre2::bytes::RegexBuilder::new()
             .jit(jit)
             .build(PATTERN)
@@ -269,7 +283,10 @@ fn delim512(c: &mut Criterion) {
         })
     });
     let mut parts = Vec::with_capacity(8);
-    for (name, quote) in [("memchr_splitter_quoted", Some(b'"')), ("memchr_splitter_unquoted", None)] {
+    for (name, quote) in [
+        ("memchr_splitter_quoted", Some(b'"')),
+        ("memchr_splitter_unquoted", None),
+    ] {
         let s = Splitter::new(b"|", quote, 6, Extra::Last);
         g.bench_function(name, |b| {
             b.iter(|| {

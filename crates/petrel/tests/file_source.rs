@@ -74,7 +74,7 @@ fn rename_rotation_under_load_loses_nothing() {
     std::fs::create_dir(&logs).unwrap();
     let app = logs.join("app.log");
     File::create(&app).unwrap();
-    let out = dir.path().join("out.log");
+    let out = dir.path().join("out").join("out.log");
     let cfg = write_config(
         dir.path(),
         "rot",
@@ -111,7 +111,9 @@ fn rename_rotation_under_load_loses_nothing() {
                     .unwrap();
             }
             let mut burst = String::new();
-            let end = (i + BURST).min(N).min((i / ROTATE_EVERY + 1) * ROTATE_EVERY);
+            let end = (i + BURST)
+                .min(N)
+                .min((i / ROTATE_EVERY + 1) * ROTATE_EVERY);
             while i < end {
                 burst.push_str(&numbered(i));
                 i += 1;
@@ -138,7 +140,10 @@ fn rename_rotation_under_load_loses_nothing() {
     });
     let dups: usize = seen.values().map(|c| c - 1).sum();
     eprintln!("rename rotation: {N} lines, {rotations} rotations, {dups} duplicate(s)");
-    assert!(bad.is_empty(), "corrupt or stitched lines in the output: {bad:?}");
+    assert!(
+        bad.is_empty(),
+        "corrupt or stitched lines in the output: {bad:?}"
+    );
     assert!((0..N).all(|n| seen.contains_key(&n)));
     assert_eq!(
         dups, 0,
@@ -153,8 +158,10 @@ fn rename_rotation_under_load_loses_nothing() {
 fn copytruncate_rereads_from_start() {
     let dir = tempdir();
     let app = dir.path().join("app.log");
-    let out = dir.path().join("out.log");
-    let mut expected: Vec<String> = (0..200).map(|i| format!("old-{i:04} first generation\n")).collect();
+    let out = dir.path().join("out").join("out.log");
+    let mut expected: Vec<String> = (0..200)
+        .map(|i| format!("old-{i:04} first generation\n"))
+        .collect();
     append(&app, expected.concat().as_bytes());
     let cfg = write_config(
         dir.path(),
@@ -181,8 +188,15 @@ fn copytruncate_rereads_from_start() {
 
     // Round 1: shorter new content (size < offset).
     std::fs::copy(&app, dir.path().join("app.log.1")).unwrap();
-    OpenOptions::new().write(true).open(&app).unwrap().set_len(0).unwrap();
-    let round1: Vec<String> = (0..20).map(|i| format!("new-{i:04} second generation\n")).collect();
+    OpenOptions::new()
+        .write(true)
+        .open(&app)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let round1: Vec<String> = (0..20)
+        .map(|i| format!("new-{i:04} second generation\n"))
+        .collect();
     append(&app, round1.concat().as_bytes());
     expected.extend(round1);
     wait_all(&expected, "the lines written after the first truncation");
@@ -190,8 +204,15 @@ fn copytruncate_rereads_from_start() {
     // Round 2: truncate and at once write more than was there before, so
     // that only the changed first bytes reveal the rewrite.
     std::fs::copy(&app, dir.path().join("app.log.2")).unwrap();
-    OpenOptions::new().write(true).open(&app).unwrap().set_len(0).unwrap();
-    let round2: Vec<String> = (0..400).map(|i| format!("NEW-{i:04} third generation!!\n")).collect();
+    OpenOptions::new()
+        .write(true)
+        .open(&app)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let round2: Vec<String> = (0..400)
+        .map(|i| format!("NEW-{i:04} third generation!!\n"))
+        .collect();
     append(&app, round2.concat().as_bytes());
     expected.extend(round2);
     let got = wait_all(&expected, "the lines written after the second truncation");
@@ -203,7 +224,10 @@ fn copytruncate_rereads_from_start() {
         .filter(|l| !known.contains(l.as_slice()))
         .map(|l| String::from_utf8_lossy(l).into_owned())
         .collect();
-    assert!(unknown.is_empty(), "lines that were never written: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "lines that were never written: {unknown:?}"
+    );
     let truncations = wait_for(MEDIUM, "file_truncated >= 2", || {
         let n = agent.metric_or_zero(
             "petrel_component_errors_total",
@@ -228,7 +252,7 @@ fn copytruncate_rereads_from_start() {
 fn deleted_file_is_closed() {
     let dir = tempdir();
     let app = dir.path().join("app.log");
-    let out = dir.path().join("out.log");
+    let out = dir.path().join("out").join("out.log");
     let lines: String = (0..1000).map(numbered).collect();
     append(&app, lines.as_bytes());
     let cfg = write_config(
@@ -241,28 +265,40 @@ fn deleted_file_is_closed() {
         1000 => Ok(()),
         n => Err(format!("{n} lines")),
     });
-    wait_for(MEDIUM, "files_open = 1", || match files_open(&agent, "del") {
-        n if n == 1.0 => Ok(()),
-        n => Err(format!("files_open = {n}")),
-    });
-    let fds = fds_pointing_at(agent.pid(), &app);
-    assert!(!fds.is_empty(), "the agent should hold {} open", app.display());
-
-    std::fs::remove_file(&app).unwrap();
-    wait_for(MEDIUM, "files_open to drop to 0 after deletion", || {
+    wait_for(MEDIUM, "files_open = 1", || {
         match files_open(&agent, "del") {
-            n if n == 0.0 => Ok(()),
+            n if n == 1.0 => Ok(()),
             n => Err(format!("files_open = {n}")),
         }
     });
-    wait_for(MEDIUM, "the descriptor of the deleted file to be closed", || {
-        let fds = fds_pointing_at(agent.pid(), &app);
-        if fds.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("still open: {fds:?}"))
-        }
-    });
+    let fds = fds_pointing_at(agent.pid(), &app);
+    assert!(
+        !fds.is_empty(),
+        "the agent should hold {} open",
+        app.display()
+    );
+
+    std::fs::remove_file(&app).unwrap();
+    wait_for(
+        MEDIUM,
+        "files_open to drop to 0 after deletion",
+        || match files_open(&agent, "del") {
+            n if n == 0.0 => Ok(()),
+            n => Err(format!("files_open = {n}")),
+        },
+    );
+    wait_for(
+        MEDIUM,
+        "the descriptor of the deleted file to be closed",
+        || {
+            let fds = fds_pointing_at(agent.pid(), &app);
+            if fds.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still open: {fds:?}"))
+            }
+        },
+    );
     assert_eq!(count_lines(&out), 1000, "no line lost or repeated");
 }
 
@@ -274,11 +310,13 @@ fn ten_thousand_files_in_nested_dirs() {
     const FILES: usize = 100;
     let dir = tempdir();
     let root = dir.path().join("root");
-    let out = dir.path().join("out.log");
+    let out = dir.path().join("out").join("out.log");
     let mut expected = BTreeSet::new();
     let mut make_dir = |d: usize| {
         // Two levels: root/gNN/dNNN/fNNN.log.
-        let sub = root.join(format!("g{:02}", d % 10)).join(format!("d{d:03}"));
+        let sub = root
+            .join(format!("g{:02}", d % 10))
+            .join(format!("d{d:03}"));
         std::fs::create_dir_all(&sub).unwrap();
         for f in 0..FILES {
             let mut body = String::new();
@@ -306,9 +344,11 @@ fn ten_thousand_files_in_nested_dirs() {
         make_dir(d);
     }
     let total = expected.len();
-    wait_for(LONG, "every line of 10,000 files", || match count_lines(&out) {
-        n if n >= total => Ok(()),
-        n => Err(format!("{n} of {total} lines")),
+    wait_for(LONG, "every line of 10,000 files", || {
+        match count_lines(&out) {
+            n if n >= total => Ok(()),
+            n => Err(format!("{n} of {total} lines")),
+        }
     });
     let got = histogram(read_lines(&out));
     let missing: Vec<&String> = expected
@@ -430,7 +470,7 @@ fn ten_mib_line_is_split_into_pieces() {
     const MIB: usize = 1 << 20;
     let dir = tempdir();
     let app = dir.path().join("app.log");
-    let out = dir.path().join("out.log");
+    let out = dir.path().join("out").join("out.log");
     let mut line = Vec::with_capacity(10 * MIB + 1);
     let mut x: u64 = 0x1234_5678_9abc_def1;
     while line.len() < 10 * MIB {
@@ -447,7 +487,17 @@ fn ten_mib_line_is_split_into_pieces() {
         "long",
         &simple_config(&app.to_string_lossy(), &out, ""),
     );
-    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    // One processing thread: with several, batches of one file can reach
+    // the sink out of order (see `per_file_order_is_preserved`), and the
+    // pieces of this line go out in several batches.
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--threads".into(), "1".into()],
+            ..Default::default()
+        },
+    );
     wait_for(LONG, "10 MiB of pieces in the output", || {
         let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) as usize;
         if len >= 10 * MIB + 10 {
@@ -504,8 +554,140 @@ fn ten_mib_line_is_split_into_pieces() {
             ("error_type", "line_too_long"),
         ],
     );
-    assert!(too_long >= 1.0, "line_too_long = {too_long}");
-    eprintln!("10 MiB line: line_too_long = {too_long}");
+    assert_eq!(
+        too_long, 1.0,
+        "line_too_long counts split lines, not pieces"
+    );
+}
+
+/// Lines at and around `max_line_bytes`: a line of exactly the limit is not
+/// split, longer ones are split into pieces of the limit, each split line is
+/// counted once, and a newline that arrives after the pieces of a line went
+/// out does not add an empty event.
+#[test]
+fn max_line_bytes_boundaries() {
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let out = dir.path().join("out").join("out.log");
+    let cfg = write_config(
+        dir.path(),
+        "limit",
+        &simple_config(
+            &app.to_string_lossy(),
+            &out,
+            "    max_line_bytes: 64\n    partial_line_timeout_ms: 600000\n",
+        ),
+    );
+    let a = "a".repeat(64);
+    let b = "b".repeat(128);
+    let c = "c".repeat(200);
+    let d = "d".repeat(63);
+    append(&app, format!("{a}\n").as_bytes());
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--threads".into(), "1".into()],
+            ..Default::default()
+        },
+    );
+    wait_for(LONG, "the 64-byte line", || match count_lines(&out) {
+        1 => Ok(()),
+        n => Err(format!("{n} lines")),
+    });
+    // The first piece of `b` goes out before its newline is written.
+    append(&app, b.as_bytes());
+    wait_for(
+        LONG,
+        "the first piece of the 128-byte line",
+        || match count_lines(&out) {
+            n if n >= 2 => Ok(()),
+            n => Err(format!("{n} lines")),
+        },
+    );
+    append(&app, format!("\n{c}\n{d}\n").as_bytes());
+    let want: Vec<String> = vec![
+        a.clone(),
+        "b".repeat(64),
+        "b".repeat(64),
+        "c".repeat(64),
+        "c".repeat(64),
+        "c".repeat(64),
+        "c".repeat(8),
+        d.clone(),
+    ];
+    wait_for(LONG, "the last line", || {
+        let got: Vec<String> = read_lines(&out)
+            .into_iter()
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect();
+        if got.last() == Some(&d) {
+            Ok(())
+        } else {
+            Err(format!("{} lines so far", got.len()))
+        }
+    });
+    let got: Vec<String> = read_lines(&out)
+        .into_iter()
+        .map(|l| String::from_utf8(l).unwrap())
+        .collect();
+    let lens = |v: &[String]| v.iter().map(|l| l.len()).collect::<Vec<_>>();
+    assert_eq!(
+        got,
+        want,
+        "piece lengths {:?}, want {:?}",
+        lens(&got),
+        lens(&want)
+    );
+    let too_long = agent.metric_or_zero(
+        "petrel_component_errors_total",
+        &[
+            ("pipeline", "limit"),
+            ("component_kind", "source"),
+            ("error_type", "line_too_long"),
+        ],
+    );
+    assert_eq!(too_long, 2.0, "two lines exceeded the limit");
+}
+
+/// Lines of one file reach a sink in file order. Known to fail with more
+/// than one processing thread: `topology/workers.rs` lets each worker send
+/// its batch to the sink as soon as it is encoded, so a later batch of the
+/// same file can overtake an earlier one.
+#[test]
+#[ignore = "known bug: per-file order is not kept with --threads > 1 (topology/workers.rs)"]
+fn per_file_order_is_preserved() {
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let out = dir.path().join("out").join("out.log");
+    let size = gen("single128", "100MB", &app);
+    let cfg = write_config(
+        dir.path(),
+        "order",
+        &simple_config(&app.to_string_lossy(), &out, ""),
+    );
+    let _agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--threads".into(), "2".into()],
+            ..Default::default()
+        },
+    );
+    wait_for(
+        LONG,
+        "the whole file in the output",
+        || match std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) {
+            n if n >= size => Ok(()),
+            n => Err(format!("{n} of {size} bytes")),
+        },
+    );
+    let input = std::fs::read(&app).unwrap();
+    let output = std::fs::read(&out).unwrap();
+    if let Some(i) = input.iter().zip(&output).position(|(a, b)| a != b) {
+        let line = input[..i].iter().filter(|&&c| c == b'\n').count() + 1;
+        panic!("output differs from the file from line {line} on (byte {i})");
+    }
 }
 
 /// 11. An unterminated last line is emitted after partial_line_timeout_ms.
@@ -513,7 +695,7 @@ fn ten_mib_line_is_split_into_pieces() {
 fn partial_last_line_is_emitted_after_timeout() {
     let dir = tempdir();
     let app = dir.path().join("app.log");
-    let out = dir.path().join("out.log");
+    let out = dir.path().join("out").join("out.log");
     append(&app, b"first\n");
     let cfg = write_config(
         dir.path(),

@@ -39,7 +39,10 @@ struct Behaviour {
 }
 
 fn decode(headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
-    match headers.get("content-encoding").and_then(|v| v.to_str().ok()) {
+    match headers
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+    {
         Some("gzip") => {
             let mut out = Vec::new();
             flate2::read::GzDecoder::new(body)
@@ -71,7 +74,8 @@ fn serve(addr: SocketAddr, behaviour: Behaviour, seen: Arc<Seen>) -> SocketAddr 
                     let b = behaviour.clone();
                     async move {
                         seen.times.lock().unwrap().push(Instant::now());
-                        if let Some(a) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                        if let Some(a) = headers.get("authorization").and_then(|v| v.to_str().ok())
+                        {
                             seen.auth.lock().unwrap().push(a.to_string());
                         }
                         let n = seen.requests.fetch_add(1, Ordering::SeqCst);
@@ -82,7 +86,8 @@ fn serve(addr: SocketAddr, behaviour: Behaviour, seen: Arc<Seen>) -> SocketAddr 
                             )
                                 .into_response();
                             if let Some(s) = b.retry_after {
-                                r.headers_mut().insert("retry-after", s.to_string().parse().unwrap());
+                                r.headers_mut()
+                                    .insert("retry-after", s.to_string().parse().unwrap());
                             }
                             return r;
                         }
@@ -152,7 +157,15 @@ fn delivers_gzip_ndjson_with_headers() {
     let dir = tempdir();
     let (app, lines) = lines_file(dir.path(), 3000);
     let seen = Arc::new(Seen::default());
-    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: 0, status: 200, retry_after: None }, seen.clone());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_first: 0,
+            status: 200,
+            retry_after: None,
+        },
+        seen.clone(),
+    );
     let cfg = write_config(
         dir.path(),
         "gz",
@@ -161,9 +174,21 @@ fn delivers_gzip_ndjson_with_headers() {
     std::env::set_var("PETREL_TEST_TOKEN", "s3cret");
     let _agent = Agent::start(&cfg, &dir.path().join("data"));
     wait_all(&seen, &lines);
-    assert!(seen.auth.lock().unwrap().iter().all(|a| a == "Bearer s3cret"));
-    assert!(seen.requests.load(Ordering::SeqCst) >= 6, "3000 events in requests of at most 500");
-    assert_eq!(received_messages(&seen).len(), 3000, "no duplicates without failures");
+    assert!(seen
+        .auth
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|a| a == "Bearer s3cret"));
+    assert!(
+        seen.requests.load(Ordering::SeqCst) >= 6,
+        "3000 events in requests of at most 500"
+    );
+    assert_eq!(
+        received_messages(&seen).len(),
+        3000,
+        "no duplicates without failures"
+    );
 }
 
 #[test]
@@ -171,15 +196,30 @@ fn retries_500_then_succeeds_zstd_json_array() {
     let dir = tempdir();
     let (app, lines) = lines_file(dir.path(), 1000);
     let seen = Arc::new(Seen::default());
-    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: 3, status: 500, retry_after: None }, seen.clone());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_first: 3,
+            status: 500,
+            retry_after: None,
+        },
+        seen.clone(),
+    );
     let cfg = write_config(
         dir.path(),
         "five",
-        &http_config(&app, addr, "    compression: zstd\n    encoding: json_array\n"),
+        &http_config(
+            &app,
+            addr,
+            "    compression: zstd\n    encoding: json_array\n",
+        ),
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     wait_all(&seen, &lines);
-    let retried = agent.metric_or_zero("petrel_component_retried_events_total", &component("five", "sink", "http_0"));
+    let retried = agent.metric_or_zero(
+        "petrel_component_retried_events_total",
+        &component("five", "sink", "http_0"),
+    );
     assert!(retried > 0.0, "the 500 answers were retried");
 }
 
@@ -188,14 +228,25 @@ fn honours_retry_after_on_429() {
     let dir = tempdir();
     let (app, lines) = lines_file(dir.path(), 100);
     let seen = Arc::new(Seen::default());
-    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: 1, status: 429, retry_after: Some(2) }, seen.clone());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_first: 1,
+            status: 429,
+            retry_after: Some(2),
+        },
+        seen.clone(),
+    );
     let cfg = write_config(dir.path(), "tmr", &http_config(&app, addr, ""));
     let _agent = Agent::start(&cfg, &dir.path().join("data"));
     wait_all(&seen, &lines);
     let times = seen.times.lock().unwrap().clone();
     assert!(times.len() >= 2);
     let gap = times[1] - times[0];
-    assert!(gap >= Duration::from_millis(1900), "retried after {gap:?}, Retry-After said 2 s");
+    assert!(
+        gap >= Duration::from_millis(1900),
+        "retried after {gap:?}, Retry-After said 2 s"
+    );
 }
 
 #[test]
@@ -203,20 +254,38 @@ fn connection_refused_then_server_up() {
     let dir = tempdir();
     let (app, lines) = lines_file(dir.path(), 500);
     // Reserve a port, then leave it closed while the agent starts.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let cfg = write_config(dir.path(), "late", &http_config(&app, addr, ""));
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     let sink = component("late", "sink", "http_0");
     wait_for(LONG, "a failed attempt", || {
-        match agent.metric_or_zero("petrel_component_errors_total", &[("pipeline", "late"), ("error_type", "request_failed")]) {
+        match agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[("pipeline", "late"), ("error_type", "request_failed")],
+        ) {
             n if n >= 1.0 => Ok(()),
             n => Err(format!("{n} failures")),
         }
     });
-    assert_eq!(agent.metric_or_zero("petrel_component_sent_events_total", &sink), 0.0);
+    assert_eq!(
+        agent.metric_or_zero("petrel_component_sent_events_total", &sink),
+        0.0
+    );
     let seen = Arc::new(Seen::default());
-    serve(addr, Behaviour { fail_first: 0, status: 200, retry_after: None }, seen.clone());
+    serve(
+        addr,
+        Behaviour {
+            fail_first: 0,
+            status: 200,
+            retry_after: None,
+        },
+        seen.clone(),
+    );
     wait_all(&seen, &lines);
 }
 
@@ -225,15 +294,33 @@ fn rejected_4xx_is_counted_and_logged() {
     let dir = tempdir();
     let (app, _lines) = lines_file(dir.path(), 10);
     let seen = Arc::new(Seen::default());
-    let addr = serve("127.0.0.1:0".parse().unwrap(), Behaviour { fail_first: usize::MAX, status: 400, retry_after: None }, seen.clone());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_first: usize::MAX,
+            status: 400,
+            retry_after: None,
+        },
+        seen.clone(),
+    );
     let cfg = write_config(dir.path(), "rej", &http_config(&app, addr, ""));
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     wait_for(LONG, "rejected events counted", || {
-        match agent.metric_or_zero("petrel_component_discarded_events_total", &[("pipeline", "rej"), ("reason", "http_rejected")]) {
+        match agent.metric_or_zero(
+            "petrel_component_discarded_events_total",
+            &[("pipeline", "rej"), ("reason", "http_rejected")],
+        ) {
             n if n == 10.0 => Ok(()),
             n => Err(format!("{n} counted")),
         }
     });
-    assert!(agent.stderr().contains("refused on purpose"), "the response body is logged");
-    assert_eq!(seen.requests.load(Ordering::SeqCst), 1, "a 400 is not retried");
+    assert!(
+        agent.stderr().contains("refused on purpose"),
+        "the response body is logged"
+    );
+    assert_eq!(
+        seen.requests.load(Ordering::SeqCst),
+        1,
+        "a 400 is not retried"
+    );
 }

@@ -67,7 +67,12 @@ fn million_lines_across_rotations() {
     let cfg = write_config(
         dir.path(),
         "million",
-        &kafka_config(&app.display().to_string(), &broker.bootstrap(), "million", "    compression: lz4\n"),
+        &kafka_config(
+            &app.display().to_string(),
+            &broker.bootstrap(),
+            "million",
+            "    compression: lz4\n",
+        ),
     );
     std::fs::File::create(&app).unwrap();
     let _agent = Agent::start(&cfg, &dir.path().join("data"));
@@ -85,7 +90,11 @@ fn million_lines_across_rotations() {
                 if (i + 1) % 200_000 == 0 && i + 1 < N {
                     let rotated = app.with_extension(format!("log.{}", (i + 1) / 200_000));
                     std::fs::rename(&app, &rotated).unwrap();
-                    f = std::fs::OpenOptions::new().create(true).append(true).open(&app).unwrap();
+                    f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&app)
+                        .unwrap();
                 }
             }
             f.write_all(chunk.as_bytes()).unwrap();
@@ -102,7 +111,10 @@ fn million_lines_across_rotations() {
     let counts = value_counts(&msgs);
     let dups = assert_all_numbers(&counts, N);
     eprintln!("million: {} messages, {dups} duplicates", msgs.len());
-    assert_eq!(dups, 0, "no restart or failure happened, so no duplicates are expected");
+    assert_eq!(
+        dups, 0,
+        "no restart or failure happened, so no duplicates are expected"
+    );
 }
 
 /// The broker is stopped for 30 s in the middle of the stream: the agent
@@ -118,7 +130,12 @@ fn broker_outage_loses_nothing() {
     let cfg = write_config(
         dir.path(),
         "outage",
-        &kafka_config(&app.display().to_string(), &broker.bootstrap(), "outage", ""),
+        &kafka_config(
+            &app.display().to_string(),
+            &broker.bootstrap(),
+            "outage",
+            "",
+        ),
     );
     std::fs::File::create(&app).unwrap();
     let agent = Agent::start_with(
@@ -180,7 +197,10 @@ fn broker_outage_loses_nothing() {
         baseline_rss >> 20,
         peak >> 20
     );
-    assert!(window <= 2.0, "the congestion window should have shrunk during the outage, was {window}");
+    assert!(
+        window <= 2.0,
+        "the congestion window should have shrunk during the outage, was {window}"
+    );
     // In-flight data is bounded by the limit; librdkafka holds a copy of
     // what is in flight, so the growth stays under twice the limit.
     assert!(
@@ -224,7 +244,10 @@ fn kill9_agent_then_restart_loses_nothing() {
     );
     let counts = value_counts(&msgs);
     let dups = assert_all_numbers(&counts, N);
-    eprintln!("kill -9: {} messages for {N} lines, {dups} duplicates", msgs.len());
+    eprintln!(
+        "kill -9: {} messages for {N} lines, {dups} duplicates",
+        msgs.len()
+    );
     assert!(dups <= N, "duplicates are bounded by what was in flight");
 }
 
@@ -264,16 +287,28 @@ fn topic_template_keys_and_fallback() {
         ),
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));
-    let topics = ["tpl-info", "tpl-warn", "tpl-error", "tpl-debug", "tpl-fallback"];
+    let topics = [
+        "tpl-info",
+        "tpl-warn",
+        "tpl-error",
+        "tpl-debug",
+        "tpl-fallback",
+    ];
     let mut msgs = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while msgs.len() < 2001 && Instant::now() < deadline {
         msgs = topics
             .iter()
             .flat_map(|t| {
-                consume(&broker.bootstrap(), &[t], 1, Duration::from_secs(2), Duration::from_secs(20))
-                    .into_iter()
-                    .map(move |m| (t.to_string(), m))
+                consume(
+                    &broker.bootstrap(),
+                    &[t],
+                    1,
+                    Duration::from_secs(2),
+                    Duration::from_secs(20),
+                )
+                .into_iter()
+                .map(move |m| (t.to_string(), m))
             })
             .collect();
     }
@@ -294,7 +329,12 @@ fn topic_template_keys_and_fallback() {
     }
     assert_eq!(key_parts.len(), 7, "seven pids");
     for (k, parts) in &key_parts {
-        assert_eq!(parts.len(), 1, "key {:?} spread over partitions {parts:?}", String::from_utf8_lossy(k));
+        assert_eq!(
+            parts.len(),
+            1,
+            "key {:?} spread over partitions {parts:?}",
+            String::from_utf8_lossy(k)
+        );
     }
     let values: HashSet<String> = msgs
         .iter()
@@ -303,7 +343,11 @@ fn topic_template_keys_and_fallback() {
     assert!(lines.iter().all(|l| values.contains(l)));
     let fallback = agent.metric_or_zero(
         "petrel_component_errors_total",
-        &[("pipeline", "tpl"), ("component_kind", "sink"), ("error_type", "topic_field_missing")],
+        &[
+            ("pipeline", "tpl"),
+            ("component_kind", "sink"),
+            ("error_type", "topic_field_missing"),
+        ],
     );
     assert_eq!(fallback, 1.0, "the event without level is counted");
 }
@@ -336,7 +380,13 @@ fn every_compression_codec() {
     let _agent = Agent::start(&conf_dir, &dir.path().join("data"));
     for c in codecs {
         let topic = format!("codec-{c}");
-        let msgs = consume(&broker.bootstrap(), &[&topic], N, Duration::from_secs(2), Duration::from_secs(120));
+        let msgs = consume(
+            &broker.bootstrap(),
+            &[&topic],
+            N,
+            Duration::from_secs(2),
+            Duration::from_secs(120),
+        );
         let mut seen = HashSet::new();
         for m in &msgs {
             let v: serde_json::Value = serde_json::from_slice(&m.value).expect("ndjson record");

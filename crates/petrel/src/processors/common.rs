@@ -40,7 +40,11 @@ pub fn source_field(map: &Map<'_>) -> Key {
 /// The bytes of `field` in `ev`, and the offset in `buf` where they start
 /// when they are a span of it (so that parsed parts can be spans too).
 #[inline]
-pub fn field_bytes<'a>(buf: &'a [u8], ev: &'a Event, field: &str) -> Option<(&'a [u8], Option<u32>)> {
+pub fn field_bytes<'a>(
+    buf: &'a [u8],
+    ev: &'a Event,
+    field: &str,
+) -> Option<(&'a [u8], Option<u32>)> {
     match ev.get(field)? {
         Value::Span(s) => Some((s.get(buf), Some(s.start))),
         v => v.as_bytes(buf).map(|b| (b, None)),
@@ -66,14 +70,20 @@ pub fn on_failure(policy: &OnError, ev: &mut Event, field: &str, who: &str, reas
     match policy {
         OnError::Drop => false,
         OnError::Keep => {
-            ev.set("parse_error".into(), Value::Str(format!("{who}: {reason}").into()));
+            ev.set(
+                "parse_error".into(),
+                Value::Str(format!("{who}: {reason}").into()),
+            );
             true
         }
         OnError::Raw(name) => {
             if let Some(v) = ev.get(field).cloned() {
                 ev.set(name.clone(), v);
             }
-            ev.set("parse_error".into(), Value::Str(format!("{who}: {reason}").into()));
+            ev.set(
+                "parse_error".into(),
+                Value::Str(format!("{who}: {reason}").into()),
+            );
             true
         }
     }

@@ -35,7 +35,6 @@
 //! sink writes `null`). The event time set by `parse_timestamp` and the
 //! `file` field written by sinks are not fields and are not affected.
 
-
 use petrel_core::config::{Map, Node, YamlNode};
 use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Value};
@@ -136,7 +135,6 @@ fn constant(node: Node<'_>) -> Option<Value> {
         }
     }
 }
-
 
 /// The entries of a user-keyed map (field names chosen by the user, so no
 /// allowed-key check); None after reporting when `node` is not a map. An
@@ -316,6 +314,7 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::*;
     use super::*;
+    use std::borrow::Cow;
 
     fn fields(yaml: &str) -> Fields {
         let c = parse_cfg(yaml, KEYS, Config::parse).expect("config");
@@ -411,7 +410,10 @@ mod tests {
             crate::config::expand_env("plain", env).unwrap(),
             Cow::Borrowed(_)
         ));
-        assert_eq!(crate::config::expand_env("h=${HOST}!", env).unwrap(), "h=web-1!");
+        assert_eq!(
+            crate::config::expand_env("h=${HOST}!", env).unwrap(),
+            "h=web-1!"
+        );
         assert_eq!(
             crate::config::expand_env("${NOPE:-dflt}/${EMPTY:-e}/${EMPTY}", env).unwrap(),
             "dflt/e/"
@@ -420,15 +422,22 @@ mod tests {
             crate::config::expand_env("$$HOST $${HOST} $5 end$", env).unwrap(),
             "$HOST ${HOST} $5 end$"
         );
-        assert_eq!(crate::config::expand_env("${HOST:-}", env).unwrap(), "web-1");
+        assert_eq!(
+            crate::config::expand_env("${HOST:-}", env).unwrap(),
+            "web-1"
+        );
         assert!(crate::config::expand_env("${NOPE}", env)
             .unwrap_err()
             .contains("`NOPE` is not set"));
-        assert!(crate::config::expand_env("${HOST", env).unwrap_err().contains("closing"));
+        assert!(crate::config::expand_env("${HOST", env)
+            .unwrap_err()
+            .contains("closing"));
         assert!(crate::config::expand_env("${1X}", env)
             .unwrap_err()
             .contains("invalid environment variable name"));
-        assert!(crate::config::expand_env("${}", env).unwrap_err().contains("invalid"));
+        assert!(crate::config::expand_env("${}", env)
+            .unwrap_err()
+            .contains("invalid"));
     }
 
     #[test]

@@ -46,8 +46,8 @@ use regex::bytes::Regex;
 use sha2::{Digest, Sha256};
 
 use super::fields::leak_name;
-use crate::config::expand_env;
 use super::filter::{regex_error, value_text};
+use crate::config::expand_env;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "field", "pattern", "replace", "hash", "salt"];

@@ -80,14 +80,14 @@ impl ProcessorConfig {
 pub fn parse(node: Node<'_>) -> Option<ProcessorConfig> {
     use ProcessorConfig as P;
     match crate::config::component_type(node, PROCESSOR_TYPES, "processor")? {
-        "parse_regex" => parse_regex::Config::parse(node.as_map(parse_regex::KEYS)?).map(P::ParseRegex),
+        "parse_regex" => {
+            parse_regex::Config::parse(node.as_map(parse_regex::KEYS)?).map(P::ParseRegex)
+        }
         "parse_json" => parse_json::Config::parse(node.as_map(parse_json::KEYS)?).map(P::ParseJson),
-        "parse_delimiter" => {
-            parse_delimiter::Config::parse(node.as_map(parse_delimiter::KEYS)?).map(P::ParseDelimiter)
-        }
-        "parse_timestamp" => {
-            parse_timestamp::Config::parse(node.as_map(parse_timestamp::KEYS)?).map(P::ParseTimestamp)
-        }
+        "parse_delimiter" => parse_delimiter::Config::parse(node.as_map(parse_delimiter::KEYS)?)
+            .map(P::ParseDelimiter),
+        "parse_timestamp" => parse_timestamp::Config::parse(node.as_map(parse_timestamp::KEYS)?)
+            .map(P::ParseTimestamp),
         "filter" => filter::Config::parse(node.as_map(filter::KEYS)?).map(P::Filter),
         "fields" => fields::Config::parse(node.as_map(fields::KEYS)?).map(P::Fields),
         "mask" => mask::Config::parse(node.as_map(mask::KEYS)?).map(P::Mask),

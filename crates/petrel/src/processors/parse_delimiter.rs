@@ -131,13 +131,16 @@ impl Config {
                 return None;
             }
             if keys.iter().any(|x| x == k) {
-                n.error(format!("key `{k}` is listed twice; every value needs its own name"));
+                n.error(format!(
+                    "key `{k}` is listed twice; every value needs its own name"
+                ));
                 return None;
             }
             keys.push(k.to_string());
         }
         if keys.is_empty() {
-            keys_node.error("`keys` must name at least one value, e.g. `keys: [time, level, message]`");
+            keys_node
+                .error("`keys` must name at least one value, e.g. `keys: [time, level, message]`");
             return None;
         }
         let extra = match map.get("extra") {
@@ -280,7 +283,11 @@ impl Part {
                 while let Some(&b) = raw.get(i) {
                     out.push(b);
                     // A doubled quote stands for one.
-                    i += if b == q && raw.get(i + 1) == Some(&q) { 2 } else { 1 };
+                    i += if b == q && raw.get(i + 1) == Some(&q) {
+                        2
+                    } else {
+                        1
+                    };
                 }
                 match String::from_utf8(out) {
                     Ok(s) => Value::Str(s.into_boxed_str()),
@@ -550,7 +557,10 @@ pub(crate) mod tests {
         assert_eq!(ev.fields.len(), 6);
         assert!(ev.fields.iter().all(|(_, v)| matches!(v, Value::Span(_))));
         assert_eq!(b.bytes_of(&ev.fields[5].1), Some(&b"ZQsC8JI2"[..]));
-        assert_eq!(parse(ABC, b"1||3"), kv(&[("a", "1"), ("b", ""), ("c", "3")]));
+        assert_eq!(
+            parse(ABC, b"1||3"),
+            kv(&[("a", "1"), ("b", ""), ("c", "3")])
+        );
     }
 
     #[test]
@@ -645,18 +655,21 @@ pub(crate) mod tests {
 
         let (p, _) = build(&format!("{ABC}\non_error: raw"));
         let b = process_lines(&p, lines);
-        assert_eq!(b.bytes_of(b.events[1].get("raw").expect("raw")), Some(&b"\"open|x"[..]));
+        assert_eq!(
+            b.bytes_of(b.events[1].get("raw").expect("raw")),
+            Some(&b"\"open|x"[..])
+        );
     }
 
     #[test]
     fn invalid_utf8_and_one_mib_values() {
-        assert_eq!(
-            parse(ABC, b"\xff|\"\xfe\"\"\"").map(|v| v.len()),
-            Ok(2)
-        );
+        assert_eq!(parse(ABC, b"\xff|\"\xfe\"\"\"").map(|v| v.len()), Ok(2));
         let (p, _) = build(ABC);
         let b = process_lines(&p, &[b"\"\xfe\"\"\""]);
-        assert_eq!(b.events[0].get("a"), Some(&Value::Bytes(b"\xfe\"".to_vec().into())));
+        assert_eq!(
+            b.events[0].get("a"),
+            Some(&Value::Bytes(b"\xfe\"".to_vec().into()))
+        );
         let mut big = b"a|".to_vec();
         big.extend(std::iter::repeat_n(b'x', 1 << 20));
         big.extend_from_slice(b"|\"");
@@ -664,8 +677,14 @@ pub(crate) mod tests {
         big.push(b'"');
         let b = process_lines(&p, &[&big]);
         let ev = &b.events[0];
-        assert_eq!(b.bytes_of(ev.get("b").expect("b")).map(<[u8]>::len), Some(1 << 20));
-        assert_eq!(b.bytes_of(ev.get("c").expect("c")).map(<[u8]>::len), Some(1 << 20));
+        assert_eq!(
+            b.bytes_of(ev.get("b").expect("b")).map(<[u8]>::len),
+            Some(1 << 20)
+        );
+        assert_eq!(
+            b.bytes_of(ev.get("c").expect("c")).map(<[u8]>::len),
+            Some(1 << 20)
+        );
     }
 
     #[test]
@@ -674,7 +693,10 @@ pub(crate) mod tests {
         assert!(e("keys: [a]")[0].contains("missing required key `separator`"));
         assert!(e("separator: '|'")[0].contains("missing required key `keys`"));
         let v = e("separator: ''\nkeys: [a]");
-        assert!(v[0].starts_with("t.yaml:2:12: `separator` must not be empty"), "{v:?}");
+        assert!(
+            v[0].starts_with("t.yaml:2:12: `separator` must not be empty"),
+            "{v:?}"
+        );
         assert!(e("separator: '|'\nkeys: [a, a]")[0].contains("listed twice"));
         assert!(e("separator: '|'\nkeys: []")[0].contains("at least one"));
         assert!(e("separator: '|'\nquote: ab\nkeys: [a]")[0].contains("single byte"));

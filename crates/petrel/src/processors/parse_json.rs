@@ -153,13 +153,8 @@ impl Processor for ParseJson {
                 }
                 Err(e) => {
                     failed += 1;
-                    let keep = common::on_failure(
-                        &self.on_error,
-                        ev,
-                        self.field,
-                        WHO,
-                        &e.to_string(),
-                    );
+                    let keep =
+                        common::on_failure(&self.on_error, ev, self.field, WHO, &e.to_string());
                     dropped += u64::from(!keep);
                     keep
                 }
@@ -253,10 +248,7 @@ impl JsonParser {
                 keys: &mut cache,
                 separator: self.separator,
             };
-            de.deserialize_map(TopVisitor {
-                ctx: &mut ctx,
-                out,
-            })
+            de.deserialize_map(TopVisitor { ctx: &mut ctx, out })
         })
     }
 }
@@ -824,10 +816,7 @@ pub(crate) mod tests {
 
     #[test]
     fn repeated_and_message_keys_replace() {
-        let (b, _) = run(
-            "type: parse_json",
-            &[br#"{"a":1,"a":2,"message":"inner"}"#],
-        );
+        let (b, _) = run("type: parse_json", &[br#"{"a":1,"a":2,"message":"inner"}"#]);
         let ev = &b.events[0];
         assert_eq!(ev.fields, vec![("a".into(), Value::Int(2))]);
         assert_eq!(b.bytes_of(&ev.message), Some(&b"inner"[..]));
@@ -836,14 +825,14 @@ pub(crate) mod tests {
     #[test]
     fn failures_follow_on_error() {
         let bad: &[&[u8]] = &[
-            br#"{"a":1"#,              // truncated
-            br#"{"a":tru}"#,           // broken literal
-            b"",                       // empty line
-            b"[1,2]",                  // not an object
-            b"\"str\"",                // not an object
-            b"{\"a\":\"\xff\xfe\"}",   // invalid UTF-8
-            br#"{"a":1} trailing"#,    // trailing garbage
-            br#"{"a":1}"#,             // fine
+            br#"{"a":1"#,            // truncated
+            br#"{"a":tru}"#,         // broken literal
+            b"",                     // empty line
+            b"[1,2]",                // not an object
+            b"\"str\"",              // not an object
+            b"{\"a\":\"\xff\xfe\"}", // invalid UTF-8
+            br#"{"a":1} trailing"#,  // trailing garbage
+            br#"{"a":1}"#,           // fine
         ];
         let (b, m) = run("type: parse_json", bad);
         assert_eq!(b.events.len(), 8);
@@ -898,10 +887,7 @@ pub(crate) mod tests {
             wide.extend_from_slice(format!("\"k{}\":{},", i % 40_000, i).as_bytes());
         }
         wide.extend_from_slice(b"\"end\":0}");
-        let (b, _) = run(
-            "type: parse_json",
-            &[&big, &deep, &deep_obj, &wide],
-        );
+        let (b, _) = run("type: parse_json", &[&big, &deep, &deep_obj, &wide]);
         assert_eq!(text(&b, 0, "log").map(str::len), Some(1 << 20));
         assert!(b.events[1].get("parse_error").is_some());
         assert!(b.events[2].get("parse_error").is_some());
@@ -912,11 +898,17 @@ pub(crate) mod tests {
     #[test]
     fn config_errors_are_positioned() {
         let e = config("type: parse_json\nseparator: _").unwrap_err();
-        assert!(e[0].starts_with("t.yaml:2:12: `separator` only applies"), "{e:?}");
+        assert!(
+            e[0].starts_with("t.yaml:2:12: `separator` only applies"),
+            "{e:?}"
+        );
         let e = config("type: parse_json\nflatten: maybe").unwrap_err();
         assert!(e[0].contains("must be `true` or `false`"), "{e:?}");
         let e = config("type: parse_json\non_error: ignore").unwrap_err();
-        assert!(e[0].contains("must be one of `keep`, `drop`, `raw`"), "{e:?}");
+        assert!(
+            e[0].contains("must be one of `keep`, `drop`, `raw`"),
+            "{e:?}"
+        );
     }
 
     #[test]

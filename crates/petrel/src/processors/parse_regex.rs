@@ -154,7 +154,10 @@ impl Processor for ParseRegex {
         events.retain_mut(|ev| {
             parsed.clear();
             let result = match common::field_bytes(buf, ev, self.field) {
-                Some((bytes, base)) => self.matcher.captures(&mut scratch, bytes, base, &mut parsed),
+                Some((bytes, base)) => {
+                    self.matcher
+                        .captures(&mut scratch, bytes, base, &mut parsed)
+                }
                 None => Err(RegexError::Missing),
             };
             match result {
@@ -295,7 +298,8 @@ mod tests {
         let yaml = format!("type: parse_regex\npattern: '{pattern}'\n{extra}");
         let c = config(&yaml).expect("config");
         let m = Metrics::new();
-        let p = ParseRegex::new(&c, m.component("p", "processor", "r", "parse_regex")).expect("build");
+        let p =
+            ParseRegex::new(&c, m.component("p", "processor", "r", "parse_regex")).expect("build");
         (p, m)
     }
 
@@ -313,7 +317,10 @@ mod tests {
         let names: Vec<&str> = ev.fields.iter().map(|(k, _)| &**k).collect();
         assert_eq!(names, ["time", "level", "pid", "file", "line", "log"]);
         assert!(ev.fields.iter().all(|(_, v)| matches!(v, Value::Span(_))));
-        assert_eq!(text(&b, 0, "time"), Some(&b"2025-04-03 10:02:06.561793"[..]));
+        assert_eq!(
+            text(&b, 0, "time"),
+            Some(&b"2025-04-03 10:02:06.561793"[..])
+        );
         assert_eq!(text(&b, 0, "pid"), Some(&b"131172"[..]));
         assert_eq!(text(&b, 0, "log"), Some(&b"ZQsC8JI2"[..]));
     }
@@ -362,7 +369,8 @@ mod tests {
         let m = RegexMatcher::new(r"(?<k>\w+)=(?<v>\w+)").expect("compile");
         let mut locs = m.scratch();
         let mut out = Vec::new();
-        m.captures(&mut locs, b"  a=b", None, &mut out).expect("match");
+        m.captures(&mut locs, b"  a=b", None, &mut out)
+            .expect("match");
         assert_eq!(
             out,
             vec![
@@ -375,7 +383,9 @@ mod tests {
         let b = process_lines(&p, &[LINE]);
         assert_eq!(
             b.events[0].get("parse_error"),
-            Some(&Value::Str("parse_regex: field is missing or not text".into()))
+            Some(&Value::Str(
+                "parse_regex: field is missing or not text".into()
+            ))
         );
     }
 

@@ -85,7 +85,10 @@ impl HttpSinkConfig {
         let url = match reqwest::Url::parse(url_text) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => u,
             Ok(u) => {
-                url_node.error(format!("`url` must be http:// or https://, found `{}`", u.scheme()));
+                url_node.error(format!(
+                    "`url` must be http:// or https://, found `{}`",
+                    u.scheme()
+                ));
                 return None;
             }
             Err(e) => {
@@ -112,23 +115,28 @@ impl HttpSinkConfig {
                 Some(hm) => {
                     for (k, v) in hm.entries() {
                         let Some(raw) = v.as_str() else { continue };
-                        let value = match crate::config::expand_env(raw, |name| std::env::var(name).ok()) {
-                            Ok(s) => s.into_owned(),
-                            Err(e) => {
-                                v.error(format!("header `{k}`: {e}"));
-                                continue;
-                            }
-                        };
+                        let value =
+                            match crate::config::expand_env(raw, |name| std::env::var(name).ok()) {
+                                Ok(s) => s.into_owned(),
+                                Err(e) => {
+                                    v.error(format!("header `{k}`: {e}"));
+                                    continue;
+                                }
+                            };
                         if HeaderName::from_bytes(k.as_bytes()).is_err() {
                             v.error(format!("`{k}` is not a valid header name"));
                         } else if HeaderValue::from_str(&value).is_err() {
-                            v.error(format!("header `{k}` has a value that is not valid in HTTP"));
+                            v.error(format!(
+                                "header `{k}` has a value that is not valid in HTTP"
+                            ));
                         } else {
                             headers.push((k.to_string(), value));
                         }
                     }
                 }
-                None => n.error("`headers` must be a mapping, e.g. `{ Authorization: \"Bearer ${TOKEN}\" }`"),
+                None => n.error(
+                    "`headers` must be a mapping, e.g. `{ Authorization: \"Bearer ${TOKEN}\" }`",
+                ),
             }
         }
         let (mut max_bytes, mut max_events, mut linger_ms) = (1 << 20, 10_000, 1000);
@@ -148,7 +156,10 @@ impl HttpSinkConfig {
             max_events: max_events.max(1),
             linger: Duration::from_millis(linger_ms),
             timeout: Duration::from_millis(map.u64("timeout_ms", false).unwrap_or(30_000)),
-            max_in_flight: map.u64("max_in_flight_requests", false).unwrap_or(16).clamp(1, 1024) as usize,
+            max_in_flight: map
+                .u64("max_in_flight_requests", false)
+                .unwrap_or(16)
+                .clamp(1, 1024) as usize,
         })
     }
 }
@@ -165,7 +176,10 @@ impl HttpSink {
     pub fn new(c: &HttpSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
         let mut headers = HeaderMap::new();
         for (k, v) in &c.headers {
-            headers.insert(HeaderName::from_bytes(k.as_bytes())?, HeaderValue::from_str(v)?);
+            headers.insert(
+                HeaderName::from_bytes(k.as_bytes())?,
+                HeaderValue::from_str(v)?,
+            );
         }
         let client = reqwest::Client::builder()
             .default_headers(headers)
@@ -211,8 +225,13 @@ impl Drop for SharedAck {
 
 impl Sink for HttpSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
-        out.invalid_utf8 =
-            encode_batch(Encoding::Ndjson, batch, &mut out.bytes, Some(&mut out.record_ends)).invalid_utf8;
+        out.invalid_utf8 = encode_batch(
+            Encoding::Ndjson,
+            batch,
+            &mut out.bytes,
+            Some(&mut out.record_ends),
+        )
+        .invalid_utf8;
     }
 
     fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
@@ -236,7 +255,10 @@ impl Sink for HttpSink {
                     Some(None) => open = false,
                     None => {} // linger expired
                 }
-                let flush_all = !open || builder.deadline(self.config.linger).is_some_and(|d| d <= Instant::now());
+                let flush_all = !open
+                    || builder
+                        .deadline(self.config.linger)
+                        .is_some_and(|d| d <= Instant::now());
                 while let Some(req) = builder.take(flush_all) {
                     window.acquire().await;
                     let (sink, window, dm) = (self.clone(), window.clone(), dm.clone());
@@ -306,7 +328,9 @@ impl Builder {
 
     /// The next request if one is full, or any waiting data when `all`.
     fn take(&mut self, all: bool) -> Option<Request> {
-        if self.queue.is_empty() || (!all && self.bytes < self.max_bytes && self.events < self.max_events) {
+        if self.queue.is_empty()
+            || (!all && self.bytes < self.max_bytes && self.events < self.max_events)
+        {
             return None;
         }
         let mut req = Request {
@@ -325,7 +349,8 @@ impl Builder {
                 let start = if i == 0 { 0 } else { ends[i - 1] as usize };
                 let end = ends[i] as usize;
                 let len = end - start;
-                let full = req.events as usize >= self.max_events || req.body.len() + len > self.max_bytes;
+                let full =
+                    req.events as usize >= self.max_events || req.body.len() + len > self.max_bytes;
                 if full && req.events > 0 {
                     break;
                 }
@@ -336,7 +361,9 @@ impl Builder {
                             req.body.push(b',');
                         }
                         // Records end with a newline; an array wants none.
-                        req.body.extend_from_slice(&p.data.bytes[start..end.saturating_sub(1).max(start)]);
+                        req.body.extend_from_slice(
+                            &p.data.bytes[start..end.saturating_sub(1).max(start)],
+                        );
                     }
                 }
                 req.events += 1;
@@ -358,7 +385,11 @@ impl Builder {
         if self.encoding == BodyEncoding::JsonArray {
             req.body.push(b']');
         }
-        self.since = if self.queue.is_empty() { None } else { Some(Instant::now()) };
+        self.since = if self.queue.is_empty() {
+            None
+        } else {
+            Some(Instant::now())
+        };
         Some(req)
     }
 }
@@ -410,7 +441,10 @@ impl HttpSink {
                             .and_then(|v| v.to_str().ok())
                             .and_then(|s| s.trim().parse::<u64>().ok())
                             .map(|s| Duration::from_secs(s.min(300)));
-                        tracing::warn!(status = status.as_u16(), "http sink: endpoint answered with a retryable status");
+                        tracing::warn!(
+                            status = status.as_u16(),
+                            "http sink: endpoint answered with a retryable status"
+                        );
                         Outcome::Retry(after)
                     } else {
                         let text = resp.text().await.unwrap_or_default();
@@ -453,7 +487,10 @@ fn compress(c: Compression, body: &[u8]) -> std::io::Result<Vec<u8>> {
     match c {
         Compression::None => Ok(body.to_vec()),
         Compression::Gzip => {
-            let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
+            let mut e = flate2::write::GzEncoder::new(
+                Vec::with_capacity(body.len() / 4),
+                flate2::Compression::fast(),
+            );
             e.write_all(body)?;
             e.finish()
         }

@@ -79,7 +79,10 @@ impl KafkaSinkConfig {
         }
         let topic_node = map.required("topic", "app-logs")?;
         let topic = Template::parse(topic_node.as_str()?, topic_node)?;
-        let fallback_topic = map.str("fallback_topic").unwrap_or("petrel-unrouted").to_string();
+        let fallback_topic = map
+            .str("fallback_topic")
+            .unwrap_or("petrel-unrouted")
+            .to_string();
         let compression = map.choice("compression", COMPRESSIONS).unwrap_or("none");
         let acks = map.choice("acks", ACKS).unwrap_or("all");
         let mut client: Vec<(String, String)> = vec![
@@ -124,7 +127,8 @@ impl KafkaSinkConfig {
         // librdkafka checks its own settings; report a bad one here, at its
         // position, rather than at start.
         if let Err(e) = client_config(&client).create::<FutureProducer>() {
-            map.node().error(format!("Kafka client settings rejected: {e}"));
+            map.node()
+                .error(format!("Kafka client settings rejected: {e}"));
             return None;
         }
         Some(Self {
@@ -134,7 +138,10 @@ impl KafkaSinkConfig {
             key_field: map.str("key_field").map(str::to_string),
             encoding: super::parse_encoding(&map)?,
             client,
-            max_in_flight: map.u64("max_in_flight_batches", false).unwrap_or(64).clamp(1, 4096) as usize,
+            max_in_flight: map
+                .u64("max_in_flight_batches", false)
+                .unwrap_or(64)
+                .clamp(1, 4096) as usize,
         })
     }
 }
@@ -256,8 +263,13 @@ impl KafkaSink {
 
 impl Sink for KafkaSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
-        out.invalid_utf8 =
-            encode_batch(self.encoding, batch, &mut out.bytes, Some(&mut out.record_ends)).invalid_utf8;
+        out.invalid_utf8 = encode_batch(
+            self.encoding,
+            batch,
+            &mut out.bytes,
+            Some(&mut out.record_ends),
+        )
+        .invalid_utf8;
         out.attachment = Some(Box::new(self.routes(batch)));
     }
 
@@ -304,7 +316,11 @@ impl KafkaSink {
             let mut waits = Vec::with_capacity(pending.len());
             let mut failed = Vec::new();
             for &i in &pending {
-                let start = if i == 0 { 0 } else { data.record_ends[i - 1] as usize };
+                let start = if i == 0 {
+                    0
+                } else {
+                    data.record_ends[i - 1] as usize
+                };
                 let end = data.record_ends[i] as usize;
                 let value = &data.bytes[start..end.saturating_sub(1).max(start)];
                 let topic = &routes.topics[routes.topic_of[i] as usize];
@@ -323,7 +339,10 @@ impl KafkaSink {
                             rec = r;
                             tokio::time::sleep(Duration::from_millis(5)).await;
                         }
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                        Err((
+                            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                            _,
+                        )) => {
                             rejected += 1;
                             break;
                         }
@@ -338,7 +357,10 @@ impl KafkaSink {
             for (i, f) in waits {
                 match f.await {
                     Ok(Ok(_)) => {}
-                    Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _))) => {
+                    Ok(Err((
+                        KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                        _,
+                    ))) => {
                         rejected += 1;
                     }
                     Ok(Err((e, _))) => {
@@ -357,7 +379,11 @@ impl KafkaSink {
             dm.retried_events.inc_by(failed.len() as u64);
             window.on_failure();
             let d = backoff.next_delay();
-            tracing::warn!(records = failed.len(), retry_in_ms = d.as_millis() as u64, "kafka: retrying undelivered messages");
+            tracing::warn!(
+                records = failed.len(),
+                retry_in_ms = d.as_millis() as u64,
+                "kafka: retrying undelivered messages"
+            );
             tokio::time::sleep(d).await;
             failed.sort_unstable();
             pending = failed;
@@ -371,7 +397,9 @@ impl KafkaSink {
         }
         window.on_success();
         dm.latency.observe(started.elapsed().as_secs_f64());
-        self.metrics.sent_events.inc_by(p.events - rejected.min(p.events));
+        self.metrics
+            .sent_events
+            .inc_by(p.events - rejected.min(p.events));
         self.metrics.sent_bytes.inc_by(p.data.bytes.len() as u64);
         p.ack.ack();
     }

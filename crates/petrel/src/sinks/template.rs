@@ -27,12 +27,16 @@ impl Template {
             }
             let after = &rest[open + 2..];
             let Some(close) = after.find("}}") else {
-                node.error(format!("unclosed `{{{{` in template `{text}`; write `{{{{ field }}}}`"));
+                node.error(format!(
+                    "unclosed `{{{{` in template `{text}`; write `{{{{ field }}}}`"
+                ));
                 return None;
             };
             let name = after[..close].trim();
             if name.is_empty() {
-                node.error(format!("empty `{{{{ }}}}` in template `{text}`; name a field inside"));
+                node.error(format!(
+                    "empty `{{{{ }}}}` in template `{text}`; name a field inside"
+                ));
                 return None;
             }
             parts.push(Part::Field(name.to_string()));

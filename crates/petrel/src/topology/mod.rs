@@ -11,9 +11,9 @@ use std::time::Duration;
 use petrel_core::{MemoryBudget, Metrics, PipelineBudget};
 
 use crate::config::PipelineConfig;
+use crate::sinks::SinkConfig;
 use crate::sources::file::reader::ReadContext;
 use crate::sources::file::service::{FileService, ServiceOptions, SourceSpec};
-use crate::sinks::SinkConfig;
 use crate::sources::SourceConfig;
 use workers::{PipelineRuntime, ProcessorSlot, SinkSlot, WorkerPool};
 
@@ -134,6 +134,8 @@ impl Topology {
                                 .clone(),
                             read_errors: m.error_counter("read_failed"),
                             truncations: m.error_counter("file_truncated"),
+                            multiline: fc.multiline.clone().map(Arc::new),
+                            multiline_cut: m.error_counter("multiline_cut"),
                         },
                     }),
                 }

@@ -62,7 +62,7 @@ impl WorkerPool {
                 std::thread::Builder::new()
                     .name(format!("petrel-worker-{i}"))
                     .spawn(move || {
-                                                while let Ok((p, batch)) = rx.recv() {
+                        while let Ok((p, batch)) = rx.recv() {
                             run_pipeline(&p, batch);
                         }
                     })?,

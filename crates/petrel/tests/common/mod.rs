@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -52,7 +53,11 @@ pub fn simple_config(include: &str, out: &Path, extra_source_keys: &str) -> Stri
 
 /// Polls `check` every [`POLL`] until it returns `Ok`, or panics after
 /// `timeout` with `what` and the last reason `check` gave.
-pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+pub fn wait_for<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
     let start = Instant::now();
     loop {
         match check() {
@@ -130,14 +135,41 @@ pub fn gen(format: &str, size: &str, output: &Path) -> u64 {
     std::fs::metadata(output).expect("gen output").len()
 }
 
-/// Runs `petrel` with `args` to completion; returns (exit code, stdout, stderr).
-pub fn run_to_end(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
-    let out = Command::new(bin())
+/// Runs `petrel` with `args` in directory `cwd` to completion (bounded by
+/// [`MEDIUM`]); returns (exit code, stdout, stderr).
+pub fn run_to_end<S: AsRef<std::ffi::OsStr>>(
+    cwd: &Path,
+    args: &[S],
+) -> (Option<i32>, String, String) {
+    let child = Command::new(bin())
+        .current_dir(cwd)
         .args(args)
         .env_remove("PETREL_LOG")
         .env_remove("PETREL_DATA_DIR")
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run petrel");
+    // Bounded: a command that should exit at once must not hang the suite.
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(MEDIUM) {
+        Ok(r) => r.expect("wait for petrel"),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!(
+                "petrel {:?} did not exit within {MEDIUM:?}",
+                args.iter()
+                    .map(|a| a.as_ref().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+            );
+        }
+    };
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -196,6 +228,15 @@ impl Agent {
     /// Like [`Agent::start`], with options.
     pub fn start_with(config: &Path, data_dir: &Path, opts: AgentOptions) -> Agent {
         let mut cmd = Command::new(bin());
+        // If the test process dies without dropping the agent, the agent
+        // must not live on (it could fill the disk).
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         cmd.arg("run")
             .arg("--config")
             .arg(config)
@@ -506,7 +547,11 @@ fn parse_labels(s: &str) -> Vec<(String, String)> {
 
 /// Labels of a component of pipeline `p`.
 pub fn component<'a>(p: &'a str, kind: &'a str, id: &'a str) -> Vec<(&'a str, &'a str)> {
-    vec![("pipeline", p), ("component_kind", kind), ("component_id", id)]
+    vec![
+        ("pipeline", p),
+        ("component_kind", kind),
+        ("component_id", id),
+    ]
 }
 
 /// The committed offset recorded for `path` in `data_dir/checkpoints.json`.

@@ -107,7 +107,14 @@ impl Broker {
         assert!(self.child.is_none(), "broker already running");
         let log = std::fs::File::create(self.dir.path().join("broker.log")).expect("broker log");
         let child = Command::new("java")
-            .args(["-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-cp", &java_cp(), "kafka.Kafka"])
+            .args([
+                "-Xms256m",
+                "-Xmx512m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                &java_cp(),
+                "kafka.Kafka",
+            ])
             .arg(&self.props)
             .stdout(Stdio::from(log.try_clone().expect("log fd")))
             .stderr(Stdio::from(log))
@@ -143,7 +150,9 @@ impl Broker {
 
     /// Stops the broker (SIGTERM, then SIGKILL after 30 s).
     pub fn stop(&mut self) {
-        let Some(mut ch) = self.child.take() else { return };
+        let Some(mut ch) = self.child.take() else {
+            return;
+        };
         // SAFETY: signalling our own child process.
         unsafe {
             libc::kill(ch.id() as i32, libc::SIGTERM);
@@ -188,7 +197,13 @@ pub struct Consumed {
 
 /// Reads `topics` from the beginning until `expected` messages arrived and
 /// nothing more came for `settle`, or until `timeout`.
-pub fn consume(bootstrap: &str, topics: &[&str], expected: usize, settle: Duration, timeout: Duration) -> Vec<Consumed> {
+pub fn consume(
+    bootstrap: &str,
+    topics: &[&str],
+    expected: usize,
+    settle: Duration,
+    timeout: Duration,
+) -> Vec<Consumed> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("petrel-test-{}", std::process::id()))

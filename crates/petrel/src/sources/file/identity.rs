@@ -70,6 +70,19 @@ impl Fingerprint {
         Ok(now == *self)
     }
 
+    /// Extends a partial fingerprint with the bytes that follow the ones it
+    /// covers (as many as fit under [`FINGERPRINT_BYTES`]).
+    pub fn extend(&mut self, following: &[u8]) {
+        let take =
+            (FINGERPRINT_BYTES - (self.len as usize).min(FINGERPRINT_BYTES)).min(following.len());
+        if take == 0 {
+            return;
+        }
+        let state = if self.len == 0 { FNV_BASIS } else { self.hash };
+        self.hash = fnv1a_from(state, &following[..take]);
+        self.len += take as u32;
+    }
+
     /// True when it covers fewer than [`FINGERPRINT_BYTES`].
     pub fn is_partial(&self) -> bool {
         (self.len as usize) < FINGERPRINT_BYTES
@@ -80,7 +93,13 @@ impl Fingerprint {
 /// between builds; std's hashers make no such promise, and for at most
 /// 1 KiB per file the speed of a better hash does not matter.
 fn fnv1a(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_from(FNV_BASIS, data)
+}
+
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a continued from `h` (the hash of the bytes before `data`).
+fn fnv1a_from(mut h: u64, data: &[u8]) -> u64 {
     for &b in data {
         h ^= b as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -108,5 +127,24 @@ mod tests {
         assert_eq!(full.len as usize, FINGERPRINT_BYTES);
         std::fs::write(&p, b"xyz").unwrap();
         assert!(!fp.matches(&r).unwrap(), "rewritten start is detected");
+    }
+
+    #[test]
+    fn extend_equals_reading_more() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let mut fp = Fingerprint::default();
+        fp.extend(&data[..0]);
+        assert_eq!(fp, Fingerprint::default());
+        fp.extend(&data[..10]);
+        assert_eq!((fp.len, fp.hash), (10, fnv1a(&data[..10])));
+        fp.extend(&data[10..]);
+        assert_eq!(fp.len as usize, FINGERPRINT_BYTES);
+        assert_eq!(fp.hash, fnv1a(&data[..FINGERPRINT_BYTES]));
+        fp.extend(b"more");
+        assert_eq!(
+            fp.hash,
+            fnv1a(&data[..FINGERPRINT_BYTES]),
+            "a full one stays"
+        );
     }
 }

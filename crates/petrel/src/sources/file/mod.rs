@@ -9,13 +9,14 @@
 pub mod checkpoint;
 pub mod discovery;
 pub mod identity;
+pub mod multiline;
 pub mod reader;
 pub mod service;
 pub mod tracker;
 
 use std::time::Duration;
 
-use petrel_core::config::Map;
+use petrel_core::config::{Map, YamlNode};
 
 /// Keys accepted by the file source.
 pub const KEYS: &[&str] = &[
@@ -27,6 +28,7 @@ pub const KEYS: &[&str] = &[
     "max_line_bytes",
     "partial_line_timeout_ms",
     "read_block_bytes",
+    "multiline",
 ];
 
 /// Where to start in files that have no checkpoint.
@@ -54,22 +56,30 @@ pub struct FileSourceConfig {
     pub partial_line_timeout: Duration,
     /// Size of one read.
     pub read_block_bytes: usize,
+    /// Joining lines into events.
+    pub multiline: Option<multiline::Multiline>,
 }
 
 impl FileSourceConfig {
     /// Reads the source's keys; relative patterns are resolved against the
     /// directory of the configuration file.
     pub fn parse(map: Map<'_>) -> Option<Self> {
-        let inc_node = map.required("include", "[\"/var/log/app/*.log\"]")?;
+        // Every key is checked even when an earlier one is wrong, so that
+        // `petrel validate` reports all problems at once.
         let mut include = Vec::new();
-        for (p, n) in inc_node.as_str_list() {
-            if let Some(g) = glob_of(n, p) {
-                include.push(g);
+        if let Some(inc_node) = map.required("include", "[\"/var/log/app/*.log\"]") {
+            let items = inc_node.as_list();
+            // A mapping was already reported by `as_list`; a list whose
+            // globs are all invalid was reported glob by glob.
+            if items.is_empty() && !matches!(inc_node.raw(), YamlNode::Mapping(_)) {
+                inc_node
+                    .error("`include` needs at least one glob, e.g. `[\"/var/log/app/*.log\"]`");
             }
-        }
-        if include.is_empty() {
-            inc_node.error("`include` needs at least one glob, e.g. `[\"/var/log/app/*.log\"]`");
-            return None;
+            for n in items {
+                if let Some(g) = n.as_str().and_then(|p| glob_of(n, p)) {
+                    include.push(g);
+                }
+            }
         }
         let mut exclude = Vec::new();
         if let Some(n) = map.get("exclude") {
@@ -88,10 +98,10 @@ impl FileSourceConfig {
             }
         }
         let read_from = match map.choice("read_from", &["beginning", "end"]) {
-            Some("beginning") => ReadFrom::Beginning,
-            Some(_) => ReadFrom::End,
-            None if map.get("read_from").is_some() => return None,
-            None => ReadFrom::End,
+            Some("beginning") => Some(ReadFrom::Beginning),
+            Some(_) => Some(ReadFrom::End),
+            None if map.get("read_from").is_some() => None, // reported
+            None => Some(ReadFrom::End),
         };
         let max_line_bytes = map.u64("max_line_bytes", true).unwrap_or(1 << 20) as usize;
         let read_block_bytes = map.u64("read_block_bytes", true).unwrap_or(256 << 10) as usize;
@@ -105,15 +115,26 @@ impl FileSourceConfig {
                 n.error("`read_block_bytes` must be between 4096 and 64MiB");
             }
         }
+        let partial_line_timeout =
+            Duration::from_millis(map.u64("partial_line_timeout_ms", false).unwrap_or(5000));
+        let multiline = match map.get("multiline") {
+            Some(n) => multiline::Multiline::parse(n, max_line_bytes).map(Some),
+            None => Some(None),
+        };
+        let (Some(read_from), Some(multiline)) = (read_from, multiline) else {
+            return None; // reported
+        };
+        if include.is_empty() {
+            return None; // reported above
+        }
         Some(Self {
             include,
             exclude,
             read_from,
             max_line_bytes: max_line_bytes.clamp(64, 1 << 30),
-            partial_line_timeout: Duration::from_millis(
-                map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
-            ),
+            partial_line_timeout,
             read_block_bytes: read_block_bytes.clamp(4096, 64 << 20),
+            multiline,
         })
     }
 }

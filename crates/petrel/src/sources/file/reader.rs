@@ -14,6 +14,7 @@ use petrel_core::{BatchAck, Event, EventBatch, PipelineBudget, SourceInfo, Span}
 use prometheus_client::metrics::counter::Counter;
 
 use super::identity::{FileId, Fingerprint};
+use super::multiline::Multiline;
 use super::tracker::OffsetTracker;
 
 /// Settings and handles shared by all readers of one source.
@@ -41,6 +42,10 @@ pub struct ReadContext {
     pub read_errors: Counter,
     /// Files found truncated (copytruncate) and re-read from 0.
     pub truncations: Counter,
+    /// Joins lines into multiline events, when configured.
+    pub multiline: Option<Arc<Multiline>>,
+    /// Multiline events cut at `max_lines`/`max_bytes`.
+    pub multiline_cut: Counter,
 }
 
 /// Why a read turn ended.
@@ -82,6 +87,9 @@ pub struct FileReader {
     pub detached_since: Option<Instant>,
     /// True once the file was found with no links left.
     pub deleted: bool,
+    /// Pieces of an over-long line were emitted and the line has not ended
+    /// yet: its remaining bytes are not counted as another split line.
+    in_long_line: bool,
 }
 
 impl FileReader {
@@ -111,6 +119,7 @@ impl FileReader {
             dirty: true,
             detached_since: None,
             deleted: false,
+            in_long_line: false,
         };
         r.seek(offset);
         r
@@ -124,6 +133,7 @@ impl FileReader {
         }
         self.offset = offset;
         self.carry.clear();
+        self.in_long_line = false;
     }
 
     /// Next byte to read.
@@ -163,20 +173,11 @@ impl FileReader {
             self.deleted = true;
         }
         let size = meta.len();
-        let truncated = size < self.offset
-            || (self.fingerprint.len > 0 && !self.fingerprint.matches(f).unwrap_or(true));
-        if truncated {
-            tracing::info!(path = %self.path.display(), old_offset = self.offset, size,
-                "file truncated or rewritten (copytruncate?); reading it again from the start");
-            ctx.truncations.inc();
-            // Batches of the old content still in flight must not move the
-            // new content's committed offset: start a fresh tracker.
-            self.tracker = Arc::new(OffsetTracker::new(0));
-            self.fingerprint = Fingerprint::read(f, size).unwrap_or_default();
-            self.seek(0);
-            self.dirty = true;
-        } else if self.fingerprint.is_partial() && size > self.fingerprint.len as u64 {
-            if let Ok(fp) = Fingerprint::read(f, size) {
+        if self.restart_if_rewritten(ctx, size) {
+            return;
+        }
+        if self.fingerprint.is_partial() && size > self.fingerprint.len as u64 {
+            if let Some(Ok(fp)) = self.file.as_ref().map(|f| Fingerprint::read(f, size)) {
                 self.fingerprint = fp;
             }
         }
@@ -184,6 +185,31 @@ impl FileReader {
             self.size = size;
             self.dirty = true;
         }
+    }
+
+    /// Detects a truncated (size below the read offset) or rewritten (first
+    /// bytes changed) file and starts over from offset 0; returns true when
+    /// it did.
+    fn restart_if_rewritten(&mut self, ctx: &ReadContext, size: u64) -> bool {
+        let Some(f) = self.file.as_ref() else {
+            return false;
+        };
+        let truncated = size < self.offset
+            || (self.fingerprint.len > 0 && !self.fingerprint.matches(f).unwrap_or(true));
+        if !truncated {
+            return false;
+        }
+        tracing::info!(path = %self.path.display(), old_offset = self.offset, size,
+            "file truncated or rewritten (copytruncate?); reading it again from the start");
+        ctx.truncations.inc();
+        // Batches of the old content still in flight must not move the new
+        // content's committed offset: start a fresh tracker.
+        self.tracker = Arc::new(OffsetTracker::new(0));
+        self.fingerprint = Fingerprint::read(f, size).unwrap_or_default();
+        self.seek(0);
+        self.size = size;
+        self.dirty = true;
+        true
     }
 
     /// Reads up to `max_blocks` blocks and emits their complete lines.
@@ -208,7 +234,10 @@ impl FileReader {
                 }
             };
             if size < self.offset {
-                return Turn::More; // truncated: refresh() handles it
+                // Truncated (copytruncate): start over at once rather than
+                // spinning until the next refresh().
+                self.restart_if_rewritten(ctx, size);
+                return Turn::More;
             }
             if size > self.size {
                 self.size = size;
@@ -239,37 +268,88 @@ impl FileReader {
             if n == 0 {
                 return self.at_eof(ctx);
             }
+            // A file truncated and written again past our offset (copytruncate)
+            // since we last looked was just read from the old offset: a torn
+            // line, and the new start skipped. Its first bytes tell; checked
+            // after the read so that no rewrite can slip in between.
+            if self.offset > 0
+                && self.fingerprint.len > 0
+                && !self.fingerprint.matches(file).unwrap_or(true)
+            {
+                let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+                self.restart_if_rewritten(ctx, size);
+                return Turn::More;
+            }
+            // Keep the fingerprint equal to the first bytes *we read*, so
+            // that a file that started empty or short cannot be rewritten
+            // unnoticed before the next refresh().
+            let fp_len = self.fingerprint.len as u64;
+            if fp_len >= self.offset && fp_len < self.offset + n as u64 {
+                let from = carry_len + (fp_len - self.offset) as usize;
+                self.fingerprint.extend(&buf[from..]);
+            }
             self.offset += n as u64;
             self.last_growth = Instant::now();
             self.carry.clear();
             let start_offset = self.offset - buf.len() as u64;
             let complete = match memchr::memrchr(b'\n', &buf[carry_len..]) {
                 Some(i) => carry_len + i + 1,
-                None if buf.len() >= ctx.max_line_bytes => {
+                None if buf.len() > ctx.max_line_bytes => {
                     // A line longer than the limit with no end in sight: emit
-                    // whole pieces now and keep the remainder.
-                    buf.len() - buf.len() % ctx.max_line_bytes
+                    // whole pieces now and keep the remainder, at least one
+                    // byte of it, so that the newline ending the line later
+                    // does not make an empty event of its own (and a line of
+                    // exactly `max_line_bytes` is not split at all).
+                    (buf.len() - 1) / ctx.max_line_bytes * ctx.max_line_bytes
                 }
                 None => 0,
             };
-            self.carry.extend_from_slice(&buf[complete..]);
-            buf.truncate(complete);
-            if complete == 0 {
+            // With multiline, the open event at the end stays in the carry,
+            // uncommitted, until the next line shows where it ends.
+            let (upto, spans) = match &ctx.multiline {
+                Some(ml) if complete > 0 && buf[complete - 1] == b'\n' => {
+                    let mut spans = Vec::with_capacity(complete / 1024 + 1);
+                    let (held, cut) = ml.group(&buf[..complete], &mut spans);
+                    if cut > 0 {
+                        ctx.multiline_cut.inc_by(cut);
+                    }
+                    (held, Some(spans))
+                }
+                _ => (complete, None),
+            };
+            self.carry.extend_from_slice(&buf[upto..]);
+            buf.truncate(upto);
+            if upto == 0 {
                 continue;
             }
             charge.shrink_to(buf.capacity());
-            self.emit(ctx, buf, start_offset, charge, false);
+            self.emit(ctx, buf, start_offset, charge, false, spans);
         }
         Turn::More
     }
 
     fn at_eof(&mut self, ctx: &ReadContext) -> Turn {
-        if !self.carry.is_empty() && self.last_growth.elapsed() >= ctx.partial_line_timeout {
+        if let Some(ml) = &ctx.multiline {
+            // The open event's last line arrived a while ago: it is done.
+            if let Some(i) = memchr::memrchr(b'\n', &self.carry) {
+                if self.last_growth.elapsed() >= ml.timeout {
+                    let start = self.offset - self.carry.len() as u64;
+                    let buf: Vec<u8> = self.carry.drain(..=i).collect();
+                    let charge = ctx.budget.force_charge(buf.len());
+                    let span = vec![petrel_core::Span::new(0, i)];
+                    self.emit(ctx, buf, start, charge, true, Some(span));
+                }
+            }
+        }
+        if !self.carry.is_empty()
+            && !self.carry.contains(&b'\n')
+            && self.last_growth.elapsed() >= ctx.partial_line_timeout
+        {
             // The writer left a last line without newline and stopped.
             let buf = std::mem::take(&mut self.carry);
             let start = self.offset - buf.len() as u64;
             let charge = ctx.budget.force_charge(buf.len());
-            self.emit(ctx, buf, start, charge, true);
+            self.emit(ctx, buf, start, charge, true, None);
         }
         Turn::Eof
     }
@@ -286,41 +366,64 @@ impl FileReader {
         start_offset: u64,
         charge: petrel_core::MemoryCharge,
         unterminated: bool,
+        spans: Option<Vec<Span>>,
     ) {
         let len = buf.len();
+        if let Some(spans) = spans {
+            let events: Vec<Event> = spans.into_iter().map(Event::from_span).collect();
+            self.in_long_line = false;
+            self.emit_events(ctx, buf, start_offset, charge, events, 0);
+            return;
+        }
         let mut events = Vec::with_capacity(len / 64 + 1);
         let mut split = 0u64;
         let max = ctx.max_line_bytes;
-        let mut push_line = |s: usize, e: usize, events: &mut Vec<Event>| {
-            if e - s <= max {
-                events.push(Event::from_span(Span::new(s, e - s)));
-            } else {
-                split += 1;
-                let mut p = s;
-                while p < e {
-                    let q = (p + max).min(e);
-                    events.push(Event::from_span(Span::new(p, q - p)));
-                    p = q;
-                }
+        // The first line of this buffer may be the end of an over-long line
+        // whose first pieces went out earlier (and were counted then).
+        let mut continues_long_line = self.in_long_line;
+        let push_pieces = |s: usize, e: usize, events: &mut Vec<Event>| {
+            let mut p = s;
+            while p < e {
+                let q = (p + max).min(e);
+                events.push(Event::from_span(Span::new(p, q - p)));
+                p = q;
             }
         };
         let mut s = 0;
         for nl in memchr::memchr_iter(b'\n', &buf) {
-            push_line(s, nl, &mut events);
+            if nl - s <= max {
+                events.push(Event::from_span(Span::new(s, nl - s)));
+            } else {
+                if !continues_long_line {
+                    split += 1;
+                }
+                push_pieces(s, nl, &mut events);
+            }
+            continues_long_line = false;
             s = nl + 1;
         }
         if s < len {
             // Pieces of an over-long line, or a timed-out partial line.
-            if !unterminated && len - s >= max {
+            if !unterminated && !continues_long_line {
                 split += 1;
             }
-            let mut p = s;
-            while p < len {
-                let q = (p + max).min(len);
-                events.push(Event::from_span(Span::new(p, q - p)));
-                p = q;
-            }
+            continues_long_line = !unterminated;
+            push_pieces(s, len, &mut events);
         }
+        self.in_long_line = continues_long_line;
+        self.emit_events(ctx, buf, start_offset, charge, events, split);
+    }
+
+    fn emit_events(
+        &mut self,
+        ctx: &ReadContext,
+        buf: Vec<u8>,
+        start_offset: u64,
+        charge: petrel_core::MemoryCharge,
+        events: Vec<Event>,
+        split: u64,
+    ) {
+        let len = buf.len();
         if split > 0 {
             ctx.split_lines.inc_by(split);
         }

@@ -1,0 +1,185 @@
+//! Broken pipeline files: `petrel validate` prints exactly one
+//! `FILE:LINE:COL: message` line per problem and exits 2, and `petrel run`
+//! refuses to start with the same lines on stderr.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// (file name, contents, expected lines). The file is passed by its
+/// relative name, so that is how it appears in the messages.
+const CASES: &[(&str, &str, &[&str])] = &[
+    (
+        "unknown_key.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\nsinkz:\n  - type: stdout\n",
+        &[
+            "unknown_key.yaml:1:1: missing required key `sinks` in the file; add for example `sinks: [{ type: stdout }]`",
+            "unknown_key.yaml:4:1: unknown key `sinkz` in the file; did you mean `sinks`?",
+        ],
+    ),
+    (
+        "unknown_source_key.yaml",
+        "sources:\n  - type: file\n    includ: [\"/var/log/*.log\"]\nsinks:\n  - type: blackhole\n",
+        &[
+            "unknown_source_key.yaml:2:5: missing required key `include` in `sources`; add for example `include: [\"/var/log/app/*.log\"]`",
+            "unknown_source_key.yaml:3:5: unknown key `includ` in `sources`; did you mean `include`?",
+        ],
+    ),
+    (
+        "wrong_enum.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\n    read_from: begining\nsinks:\n  - type: stdout\n    encoding: jsonl\n",
+        &[
+            "wrong_enum.yaml:4:16: `sources.read_from` must be one of `beginning`, `end`, found `begining`; did you mean `beginning`?",
+            "wrong_enum.yaml:7:15: `sinks.encoding` must be one of `text`, `ndjson`, found `jsonl`",
+        ],
+    ),
+    (
+        "unknown_type.yaml",
+        "sources:\n  - type: fiel\n    include: [\"/var/log/*.log\"]\nsinks:\n  - type: stdout\n",
+        &["unknown_type.yaml:2:11: unknown source type `fiel`; did you mean `file`?; available: `file`"],
+    ),
+    (
+        "missing_sinks.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\n",
+        &["missing_sinks.yaml:1:1: missing required key `sinks` in the file; add for example `sinks: [{ type: stdout }]`"],
+    ),
+    (
+        "bad_glob.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/[.log\", \"/var/log/*.log\"]\nsinks:\n  - type: blackhole\n",
+        &["bad_glob.yaml:3:15: invalid glob `/var/log/[.log`: unclosed character class; missing ']'; check brackets and braces"],
+    ),
+    (
+        "syntax.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/*.log\"\nsinks:\n  - type: stdout\n",
+        &["syntax.yaml:4:1: YAML syntax error: invalid indentation at byte 55 line 4 column 1"],
+    ),
+    (
+        "duplicate_key.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\nsinks:\n  - type: stdout\nsources: []\n",
+        &["duplicate_key.yaml:6:1: duplicate key `sources`; remove one of the two"],
+    ),
+    (
+        // Every problem of a source is reported, not only the first one.
+        "all_problems.yaml",
+        "sources:\n  - type: file\n    read_from: middle\n    max_line_bytes: 10\n    partial_line_timeout_ms: soon\nsinks:\n  - type: stdout\n",
+        &[
+            "all_problems.yaml:2:5: missing required key `include` in `sources`; add for example `include: [\"/var/log/app/*.log\"]`",
+            "all_problems.yaml:3:16: `sources.read_from` must be one of `beginning`, `end`, found `middle`",
+            "all_problems.yaml:4:21: `max_line_bytes` must be at least 64",
+            "all_problems.yaml:5:30: `sources.partial_line_timeout_ms` must be a non-negative integer, found `soon`",
+        ],
+    ),
+    (
+        // One problem, one line: an invalid glob is not also reported as a
+        // missing one.
+        "dotdot.yaml",
+        "sources:\n  - type: file\n    include: \"../elsewhere/*.log\"\nsinks:\n  - type: stdout\n",
+        &["dotdot.yaml:3:14: include glob `../elsewhere/*.log` must not contain `..`"],
+    ),
+];
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.is_empty()).collect()
+}
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempdir();
+    for (name, yaml, _) in CASES {
+        std::fs::write(dir.path().join(name), yaml).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn validate_prints_exact_positions_and_exits_2() {
+    let dir = setup();
+    let mut failures = Vec::new();
+    for (name, _, expected) in CASES {
+        let (code, stdout, stderr) = run_to_end(dir.path(), &["validate", "--config", name]);
+        if code != Some(2) || lines(&stdout) != *expected {
+            failures.push(format!(
+                "{name}: exit {code:?}\n  expected:\n    {}\n  got stdout:\n    {}\n  stderr: {stderr}",
+                expected.join("\n    "),
+                lines(&stdout).join("\n    ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn run_with_bad_config_exits_2_with_same_lines_on_stderr() {
+    let dir = setup();
+    let data = dir.path().join("data");
+    let data = data.to_string_lossy();
+    let mut failures = Vec::new();
+    for (name, _, expected) in CASES {
+        let (code, stdout, stderr) = run_to_end(
+            dir.path(),
+            &[
+                "run",
+                "--config",
+                name,
+                "--data-dir",
+                &data,
+                "--api-addr",
+                "127.0.0.1:0",
+            ],
+        );
+        let got = lines(&stderr);
+        if code != Some(2) || got != *expected || !stdout.is_empty() {
+            failures.push(format!(
+                "{name}: exit {code:?}\n  expected on stderr:\n    {}\n  got stderr:\n    {}\n  stdout: {stdout}",
+                expected.join("\n    "),
+                got.join("\n    ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        !Path::new(&*data).join("checkpoints.json").exists(),
+        "a refused configuration must not touch the data dir"
+    );
+}
+
+#[test]
+fn valid_config_and_directories() {
+    let dir = tempdir();
+    let ok = "sources:\n  - type: file\n    include: [\"logs/*.log\"]\nsinks:\n  - type: file\n    path: out/x.log\n";
+    std::fs::write(dir.path().join("ok.yaml"), ok).unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "ok.yaml"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_eq!(stdout, "ok.yaml: 1 pipeline(s) valid\n");
+
+    // A directory: every *.yaml/*.yml is a pipeline; problems name the file.
+    let pipelines = dir.path().join("pipelines");
+    std::fs::create_dir(&pipelines).unwrap();
+    std::fs::write(pipelines.join("a.yaml"), ok).unwrap();
+    std::fs::write(pipelines.join("b.yml"), ok).unwrap();
+    std::fs::write(pipelines.join("notes.txt"), "not a pipeline: [").unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "pipelines"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_eq!(stdout, "pipelines: 2 pipeline(s) valid\n");
+    std::fs::write(
+        pipelines.join("c.yaml"),
+        "sources:\n  - type: file\n    include: [\"x/*.log\"]\nsinks:\n  - type: stdout\n    encoding: txt\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "pipelines"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(
+        lines(&stdout),
+        vec!["pipelines/c.yaml:6:15: `sinks.encoding` must be one of `text`, `ndjson`, found `txt`; did you mean `text`?"]
+    );
+
+    // An empty directory is an error too.
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "empty"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(
+        lines(&stdout),
+        vec!["empty:1:1: no pipeline files (*.yaml or *.yml) in this directory; add one, e.g. from examples/"]
+    );
+}

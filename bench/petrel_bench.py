@@ -30,6 +30,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 API_RE = re.compile(r"API listening on http://([0-9.]+):([0-9]+)")
 
 
+def emit(d):
+    """Prints one JSON object. Floats are rounded to 4 decimals so that none
+    is printed in exponent notation (bc, used by run.sh, cannot read 1e-05)."""
+    def fix(v):
+        return round(v, 4) if isinstance(v, float) else v
+    print(json.dumps({k: fix(v) for k, v in d.items()}))
+
+
 def fail(msg):
     print(f"petrel_bench: {msg}", file=sys.stderr)
     sys.exit(1)
@@ -272,7 +280,7 @@ def cmd_throughput(a):
     if status != 0:
         fail(f"petrel exited with status {status} after SIGTERM; see {p.log_path}")
     wall = done_at - p.t_start
-    print(json.dumps({
+    emit({
         "file": a.file, "sink": a.sink, "threads": a.threads,
         "bytes": size, "lines": a.lines, "events": int(events),
         "source_bytes": int(src_bytes),
@@ -281,7 +289,7 @@ def cmd_throughput(a):
         "memory_used_peak_bytes": int(mem_peak), "backpressure_pauses": int(pauses),
         "stop_s": stop_s, "polls": polls,
         "busy_before": busy_before, "other_cpu_s": max(other, 0.0),
-    }))
+    })
 
 
 def cmd_rate(a):
@@ -374,7 +382,7 @@ def cmd_rate(a):
     if status != 0:
         fail(f"petrel exited with status {status} after SIGTERM; see {p.log_path}")
     written = os.path.getsize(log_file)
-    print(json.dumps({
+    emit({
         "rate": a.rate, "duration": a.duration, "sink": a.sink, "threads": a.threads,
         "bytes_written": written, "lines": lines, "events": int(events),
         "arrived": arrived,
@@ -390,7 +398,7 @@ def cmd_rate(a):
         "lag_max_bytes": max(lag_samples) if lag_samples else None,
         "samples": len(rss_samples),
         "machine_busy_pct": 100.0 * sys_busy / ((t1 - t0) * (os.cpu_count() or 1)),
-    }))
+    })
 
 
 def count_lines(path):

@@ -133,6 +133,7 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
             if n.as_list().is_empty() {
                 n.error("`sinks` is empty; add at least one sink, e.g. `- type: stdout`");
             }
+            check_feedback(n, &p.sources);
         }
     } else if errs.is_empty() {
         root.error("the file is empty; it needs `sources` and `sinks`");
@@ -150,6 +151,59 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
         Ok(p)
     } else {
         Err(list)
+    }
+}
+
+/// Reports file sinks whose output a file source of the same pipeline
+/// reads: the pipeline would read back everything it writes, forever (and
+/// fill the disk).
+fn check_feedback(sinks: Node<'_>, sources: &[(String, SourceConfig)]) {
+    use crate::sources::file::discovery::compile_glob;
+    use petrel_core::config::YamlNode;
+    let build = |pats: &[String]| {
+        let mut b = globset::GlobSetBuilder::new();
+        for p in pats {
+            if let Ok(g) = compile_glob(p) {
+                b.add(g);
+            }
+        }
+        b.build().ok()
+    };
+    let mut readers = Vec::new();
+    for (id, src) in sources {
+        match src {
+            SourceConfig::File(fc) => {
+                if let (Some(inc), Some(exc)) = (build(&fc.include), build(&fc.exclude)) {
+                    readers.push((id, inc, exc));
+                }
+            }
+        }
+    }
+    if readers.is_empty() || !matches!(sinks.raw(), YamlNode::Sequence(_)) {
+        return;
+    }
+    let scalar = |n: Node<'_>| match n.raw() {
+        YamlNode::Scalar(s) => Some(s.as_str().to_string()),
+        _ => None,
+    };
+    for item in sinks.as_list() {
+        let Some(m) = item.as_map_quiet() else {
+            continue;
+        };
+        if m.get("type").and_then(scalar).as_deref() != Some("file") {
+            continue;
+        }
+        let Some(pn) = m.get("path") else { continue };
+        let Some(given) = scalar(pn) else { continue };
+        let path = resolve_path(pn, &given);
+        if let Some((id, _, _)) = readers
+            .iter()
+            .find(|(_, inc, exc)| inc.is_match(&path) && !exc.is_match(&path))
+        {
+            pn.error(format!(
+                "the file sink writes `{given}`, which source `{id}` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"
+            ));
+        }
     }
 }
 

@@ -78,6 +78,12 @@ const CASES: &[(&str, &str, &[&str])] = &[
         "sources:\n  - type: file\n    include: \"../elsewhere/*.log\"\nsinks:\n  - type: stdout\n",
         &["dotdot.yaml:3:14: include glob `../elsewhere/*.log` must not contain `..`"],
     ),
+    (
+        // The pipeline would read back its own output forever.
+        "feedback.yaml",
+        "sources:\n  - type: file\n    include: [\"logs/*.log\"]\nsinks:\n  - type: blackhole\n  - type: file\n    path: logs/out.log\n",
+        &["feedback.yaml:7:11: the file sink writes `logs/out.log`, which source `file_0` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"],
+    ),
 ];
 
 fn lines(s: &str) -> Vec<&str> {
@@ -152,6 +158,14 @@ fn valid_config_and_directories() {
     let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "ok.yaml"]);
     assert_eq!(code, Some(0), "{stdout}");
     assert_eq!(stdout, "ok.yaml: 1 pipeline(s) valid\n");
+    // Writing into a watched directory is fine when the output is excluded.
+    std::fs::write(
+        dir.path().join("excluded.yaml"),
+        "sources:\n  - type: file\n    include: [\"logs/*.log\"]\n    exclude: [\"out.log\"]\nsinks:\n  - type: file\n    path: logs/out.log\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "excluded.yaml"]);
+    assert_eq!(code, Some(0), "{stdout}");
 
     // A directory: every *.yaml/*.yml is a pipeline; problems name the file.
     let pipelines = dir.path().join("pipelines");

@@ -310,7 +310,7 @@ fn rejected_4xx_is_counted_and_logged() {
             "petrel_component_discarded_events_total",
             &[("pipeline", "rej"), ("reason", "http_rejected")],
         ) {
-            n if n == 10.0 => Ok(()),
+            10.0 => Ok(()),
             n => Err(format!("{n} counted")),
         }
     });

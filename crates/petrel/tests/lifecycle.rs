@@ -35,7 +35,7 @@ fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
-/// 5. Stop with SIGTERM, append while stopped, start again: the appended
+/// Scenario 5: Stop with SIGTERM, append while stopped, start again: the appended
 /// lines arrive (the checkpoint wins over `read_from: end`) and nothing is
 /// read twice.
 #[test]
@@ -114,7 +114,7 @@ fn restart_resumes_from_checkpoint_without_rereading() {
     assert_eq!(got.len(), 1500, "only the written lines");
 }
 
-/// 6. SIGKILL in the middle of heavy writing, then restart with the same
+/// Scenario 6: SIGKILL in the middle of heavy writing, then restart with the same
 /// data dir: every input line is in the output at least once.
 #[test]
 fn kill9_during_heavy_writing_loses_nothing() {
@@ -258,7 +258,7 @@ fn find_unknown_lines(out: &Path, input: &HashMap<u64, u32>) -> Vec<(String, Vec
     found
 }
 
-/// 10. SIGTERM while the sink is stalled and the memory budget is full: the
+/// Scenario 10: SIGTERM while the sink is stalled and the memory budget is full: the
 /// agent delivers everything it read, checkpoints exactly that, and exits 0;
 /// the next run delivers the rest, and the final checkpoint is the file size.
 #[test]

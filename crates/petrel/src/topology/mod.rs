@@ -100,6 +100,7 @@ impl Topology {
                     sink,
                     tx,
                     metrics: m,
+                    reorder: Default::default(),
                 });
             }
             let rt = Arc::new(PipelineRuntime {
@@ -107,6 +108,7 @@ impl Topology {
                 processors,
                 sinks,
                 budget: pbudget.clone(),
+                next_seq: Default::default(),
             });
             for (id, c) in &p.sources {
                 let m = metrics.component(&p.name, "source", id, c.type_name());

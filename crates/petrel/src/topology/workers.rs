@@ -2,10 +2,13 @@
 //! pipeline's processor chain and sink encoders, whatever the number of
 //! pipelines.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
 use petrel_core::{ComponentMetrics, EventBatch, PipelineBudget};
 use tokio::sync::mpsc::UnboundedSender;
@@ -18,6 +21,16 @@ pub struct SinkSlot {
     pub tx: UnboundedSender<Payload>,
     /// Its counters.
     pub metrics: ComponentMetrics,
+    /// Payloads encoded out of order, waiting for their predecessors.
+    pub reorder: Mutex<Reorder>,
+}
+
+/// Puts payloads back in read order: workers finish batches in any order,
+/// but a sink must see a file's lines in the order they were written.
+#[derive(Default)]
+pub struct Reorder {
+    next: u64,
+    pending: BTreeMap<u64, Payload>,
 }
 
 /// A processor and its counters.
@@ -38,9 +51,11 @@ pub struct PipelineRuntime {
     pub sinks: Vec<SinkSlot>,
     /// Memory budget of this pipeline.
     pub budget: Arc<PipelineBudget>,
+    /// Sequence number of the next batch emitted into this pipeline.
+    pub next_seq: AtomicU64,
 }
 
-type Work = (Arc<PipelineRuntime>, EventBatch);
+type Work = (Arc<PipelineRuntime>, u64, EventBatch);
 
 /// The pool's input queue and threads.
 pub struct WorkerPool {
@@ -62,8 +77,8 @@ impl WorkerPool {
                 std::thread::Builder::new()
                     .name(format!("petrel-worker-{i}"))
                     .spawn(move || {
-                        while let Ok((p, batch)) = rx.recv() {
-                            run_pipeline(&p, batch);
+                        while let Ok((p, seq, batch)) = rx.recv() {
+                            run_pipeline(&p, seq, batch);
                         }
                     })?,
             );
@@ -99,14 +114,16 @@ struct PipelineEmitter {
 impl Emitter for PipelineEmitter {
     fn emit(&self, batch: EventBatch) {
         if let Some(tx) = &self.tx {
+            // Sources emit from one thread, so this numbering is read order.
+            let seq = self.pipeline.next_seq.fetch_add(1, Ordering::Relaxed);
             // A send fails only after shutdown; the batch's ack part is then
             // dropped unanswered, so its offsets are not committed.
-            let _ = tx.send((self.pipeline.clone(), batch));
+            let _ = tx.send((self.pipeline.clone(), seq, batch));
         }
     }
 }
 
-fn run_pipeline(p: &PipelineRuntime, mut batch: EventBatch) {
+fn run_pipeline(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
     for slot in &p.processors {
         let before = batch.events.len() as u64;
         slot.metrics.received_events.inc_by(before);
@@ -145,8 +162,17 @@ fn run_pipeline(p: &PipelineRuntime, mut batch: EventBatch) {
             ack,
             charge,
         };
-        // Fails only when the sink has stopped; the payload's ack part is
-        // dropped then, which reports a failed delivery.
-        let _ = slot.tx.send(payload);
+        let mut r = slot.reorder.lock();
+        r.pending.insert(seq, payload);
+        loop {
+            let next = r.next;
+            let Some(p) = r.pending.remove(&next) else {
+                break;
+            };
+            r.next += 1;
+            // Fails only when the sink has stopped; the payload's ack part
+            // is dropped then, which reports a failed delivery.
+            let _ = slot.tx.send(p);
+        }
     }
 }

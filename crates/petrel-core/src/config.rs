@@ -235,7 +235,15 @@ impl<'a> Node<'a> {
     /// This node as a list of nodes (a scalar counts as a one-item list).
     pub fn as_list(&self) -> Vec<Node<'a>> {
         match self.raw {
-            YamlNode::Sequence(s) => s.iter().map(|raw| self.child(raw)).collect(),
+            YamlNode::Sequence(s) => s
+                .iter()
+                .enumerate()
+                .map(|(i, raw)| Node {
+                    raw,
+                    path: leak(format!("{}[{i}]", self.path)),
+                    ..*self
+                })
+                .collect(),
             YamlNode::Scalar(s) if s.as_str().is_empty() => Vec::new(),
             YamlNode::Scalar(_) => vec![*self],
             YamlNode::Mapping(_) => {
@@ -246,10 +254,6 @@ impl<'a> Node<'a> {
                 Vec::new()
             }
         }
-    }
-
-    fn child(&self, raw: &'a YamlNode) -> Node<'a> {
-        Node { raw, ..*self }
     }
 
     /// The scalar text of this node, or a recorded error.
@@ -413,11 +417,14 @@ impl<'a> Map<'a> {
 /// read once per process and are small, so the leak is bounded and simpler
 /// than threading owned strings through every node.
 fn leak_path(parent: &str, k: &MarkedScalarNode) -> &'static str {
-    let p = if parent.is_empty() {
+    leak(if parent.is_empty() {
         k.as_str().to_string()
     } else {
         format!("{parent}.{}", k.as_str())
-    };
+    })
+}
+
+fn leak(p: String) -> &'static str {
     Box::leak(p.into_boxed_str())
 }
 

@@ -23,16 +23,16 @@ const CASES: &[(&str, &str, &[&str])] = &[
         "unknown_source_key.yaml",
         "sources:\n  - type: file\n    includ: [\"/var/log/*.log\"]\nsinks:\n  - type: blackhole\n",
         &[
-            "unknown_source_key.yaml:2:5: missing required key `include` in `sources`; add for example `include: [\"/var/log/app/*.log\"]`",
-            "unknown_source_key.yaml:3:5: unknown key `includ` in `sources`; did you mean `include`?",
+            "unknown_source_key.yaml:2:5: missing required key `include` in `sources[0]`; add for example `include: [\"/var/log/app/*.log\"]`",
+            "unknown_source_key.yaml:3:5: unknown key `includ` in `sources[0]`; did you mean `include`?",
         ],
     ),
     (
         "wrong_enum.yaml",
         "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\n    read_from: begining\nsinks:\n  - type: stdout\n    encoding: jsonl\n",
         &[
-            "wrong_enum.yaml:4:16: `sources.read_from` must be one of `beginning`, `end`, found `begining`; did you mean `beginning`?",
-            "wrong_enum.yaml:7:15: `sinks.encoding` must be one of `text`, `ndjson`, found `jsonl`",
+            "wrong_enum.yaml:4:16: `sources[0].read_from` must be one of `beginning`, `end`, found `begining`; did you mean `beginning`?",
+            "wrong_enum.yaml:7:15: `sinks[0].encoding` must be one of `text`, `ndjson`, found `jsonl`",
         ],
     ),
     (
@@ -65,10 +65,10 @@ const CASES: &[(&str, &str, &[&str])] = &[
         "all_problems.yaml",
         "sources:\n  - type: file\n    read_from: middle\n    max_line_bytes: 10\n    partial_line_timeout_ms: soon\nsinks:\n  - type: stdout\n",
         &[
-            "all_problems.yaml:2:5: missing required key `include` in `sources`; add for example `include: [\"/var/log/app/*.log\"]`",
-            "all_problems.yaml:3:16: `sources.read_from` must be one of `beginning`, `end`, found `middle`",
+            "all_problems.yaml:2:5: missing required key `include` in `sources[0]`; add for example `include: [\"/var/log/app/*.log\"]`",
+            "all_problems.yaml:3:16: `sources[0].read_from` must be one of `beginning`, `end`, found `middle`",
             "all_problems.yaml:4:21: `max_line_bytes` must be at least 64",
-            "all_problems.yaml:5:30: `sources.partial_line_timeout_ms` must be a non-negative integer, found `soon`",
+            "all_problems.yaml:5:30: `sources[0].partial_line_timeout_ms` must be a non-negative integer, found `soon`",
         ],
     ),
     (
@@ -185,7 +185,7 @@ fn valid_config_and_directories() {
     assert_eq!(code, Some(2), "{stdout}");
     assert_eq!(
         lines(&stdout),
-        vec!["pipelines/c.yaml:6:15: `sinks.encoding` must be one of `text`, `ndjson`, found `txt`; did you mean `text`?"]
+        vec!["pipelines/c.yaml:6:15: `sinks[0].encoding` must be one of `text`, `ndjson`, found `txt`; did you mean `text`?"]
     );
 
     // An empty directory is an error too.

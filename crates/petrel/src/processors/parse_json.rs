@@ -216,6 +216,17 @@ impl JsonParser {
         base: Option<u32>,
         out: &mut Vec<(Key, Value)>,
     ) -> Result<(), JsonError> {
+        // Anything but an object is rejected here rather than by sonic-rs:
+        // to report a wrong type it skips the whole value with a recursion
+        // that has no depth limit, so a line of 100k `[` would overflow the
+        // worker's stack.
+        let first = input.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+        if first != Some(&b'{') {
+            return Err(JsonError::Invalid(match first {
+                None => "empty input".into(),
+                Some(_) => "not a JSON object".into(),
+            }));
+        }
         // sonic-rs validates the UTF-8 of the whole input before parsing
         // and rejects strings past an invalid byte, so the `&str`s it hands
         // to the visitor are valid.
@@ -1030,6 +1041,26 @@ pub(crate) mod tests {
             let line = rng.mutate(seeds, b"{}[]\":,\\u0aeE.-+ \xff");
             process_lines(&p, &[&line]);
             process_lines(&q, &[&line]);
+        }
+    }
+}
+#[cfg(test)]
+mod tmp_probe {
+    #[test]
+    fn probe() {
+        let mut deep_obj = b"{\"a\":".to_vec();
+        deep_obj.extend(std::iter::repeat_n(b"{\"a\":".as_slice(), 5000).flatten());
+        let mut deep_arr = b"{\"a\":".to_vec();
+        deep_arr.extend(std::iter::repeat_n(b'[', 5000));
+        for (name, input) in [("deep_obj", deep_obj), ("deep_arr", deep_arr)] {
+          for stack in [64 << 20, 8 << 20, 2 << 20] {
+            let input = input.clone();
+            let r = std::thread::Builder::new().stack_size(stack).spawn(move || {
+                let mut out = Vec::new();
+                super::JsonParser::new(None).parse(&input, None, &mut out).map_err(|e| e.to_string())
+            }).unwrap().join();
+            eprintln!("{name} {stack}: {r:?}");
+          }
         }
     }
 }

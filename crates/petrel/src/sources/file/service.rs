@@ -207,7 +207,12 @@ impl Input {
         let found = self.discovery.scan();
         let first = std::mem::replace(&mut self.first_scan, false);
         for (src, files) in self.sources.iter_mut().zip(found) {
-            let saved = self.saved.remove(&src.spec.key).unwrap_or_default();
+            let saved = self.saved.remove(&src.spec.key);
+            // `read_from: end` is for a source's very first start: once it
+            // has a checkpoint, a file it does not know appeared while the
+            // agent was down (a rotation) and is read from its beginning.
+            let may_start_at_end = first && saved.is_none();
+            let saved = saved.unwrap_or_default();
             let present: HashMap<FileId, &Found> = files.iter().map(|f| (f.id, f)).collect();
             for f in &files {
                 if let Some(r) = src.readers.get_mut(&f.id) {
@@ -215,7 +220,7 @@ impl Input {
                     r.detached_since = None;
                     continue;
                 }
-                if let Some(r) = open_reader(&src.spec, f, &saved, first) {
+                if let Some(r) = open_reader(&src.spec, f, &saved, may_start_at_end) {
                     src.readers.insert(f.id, r);
                 }
             }
@@ -416,7 +421,7 @@ fn open_reader(
     spec: &SourceSpec,
     f: &Found,
     saved: &HashMap<FileId, Entry>,
-    first_scan: bool,
+    may_start_at_end: bool,
 ) -> Option<FileReader> {
     let file = match std::fs::File::open(&f.path) {
         Ok(file) => file,
@@ -440,7 +445,7 @@ fn open_reader(
     });
     let offset = match resumed {
         Some(o) => o,
-        None if first_scan && spec.config.read_from == ReadFrom::End => size,
+        None if may_start_at_end && spec.config.read_from == ReadFrom::End => size,
         None => 0,
     };
     tracing::debug!(path = %f.path.display(), offset, resumed = resumed.is_some(), "watching file");

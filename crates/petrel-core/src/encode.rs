@@ -64,14 +64,23 @@ pub fn encode_batch(
             for ev in &batch.events {
                 out.extend_from_slice(b"{\"message\":");
                 write_json_value(batch, &ev.message, out, &mut stats);
+                // A `file` field set by a processor takes the place of the
+                // source path; a parsed event time that of a `timestamp`
+                // field. Each key is written once.
                 out.extend_from_slice(b",\"file\":");
-                write_json_bytes(file, out, &mut stats);
+                match ev.fields.iter().find(|(k, _)| k == "file") {
+                    Some((_, v)) => write_json_value(batch, v, out, &mut stats),
+                    None => write_json_bytes(file, out, &mut stats),
+                }
                 if let Some(ns) = ev.time_ns {
                     out.extend_from_slice(b",\"timestamp\":\"");
                     write_rfc3339(ns, out);
                     out.push(b'"');
                 }
                 for (k, v) in &ev.fields {
+                    if k == "file" || (k == "timestamp" && ev.time_ns.is_some()) {
+                        continue;
+                    }
                     out.push(b',');
                     write_json_key(k, out);
                     out.push(b':');
@@ -284,6 +293,20 @@ mod tests {
             "{\"message\":\"\u{fffd}\",\"file\":\"/var/log/a.log\"}"
         );
         assert_eq!(st.invalid_utf8, 1);
+    }
+
+    #[test]
+    fn processor_fields_replace_file_and_timestamp_once() {
+        let mut b = batch(b"x", &[(0, 1)]);
+        b.events[0].set("file".into(), Value::Str("main.go".into()));
+        b.events[0].set("timestamp".into(), Value::Str("old".into()));
+        b.events[0].time_ns = Some(0);
+        let mut out = Vec::new();
+        encode_batch(Encoding::Ndjson, &b, &mut out, None);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"message\":\"x\",\"file\":\"main.go\",\"timestamp\":\"1970-01-01T00:00:00.000000000Z\"}\n"
+        );
     }
 
     #[test]

@@ -299,9 +299,47 @@ impl Part {
     }
 }
 
+/// Bytes examined eight at a time before handing over to `memchr`.
+const SHORT_SCAN: usize = 32;
+
+/// The first `b` in `hay`. Log fields are mostly a few bytes long, where a
+/// call into `memchr` costs more than the search itself: the first
+/// [`SHORT_SCAN`] bytes are searched inline a word at a time, the rest (a
+/// long message) by `memchr`'s SIMD loop.
+#[inline]
+fn find_byte(b: u8, hay: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let pattern = LO * u64::from(b);
+    let mut i = 0;
+    while i < SHORT_SCAN {
+        let Some(chunk) = hay.get(i..i + 8) else {
+            // Fewer than eight bytes left.
+            return hay
+                .get(i..)
+                .unwrap_or_default()
+                .iter()
+                .position(|&c| c == b)
+                .map(|j| i + j);
+        };
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ pattern;
+        // A zero byte in `x` is a match. The lowest flagged byte is always a
+        // true zero (borrows only run towards higher bytes).
+        let found = x.wrapping_sub(LO) & !x & HI;
+        if found != 0 {
+            return Some(i + (found.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    memchr::memchr(b, hay.get(i..).unwrap_or_default()).map(|j| i + j)
+}
+
 enum Separator {
     Byte(u8),
-    Bytes(memmem::Finder<'static>),
+    // Boxed: the finder is large and multi-byte separators are rare.
+    Bytes(Box<memmem::Finder<'static>>),
 }
 
 /// Splits fields into [`Part`]s; public for the benchmarks and fuzz targets.
@@ -320,7 +358,7 @@ impl Splitter {
         Self {
             sep: match sep {
                 [b] => Separator::Byte(*b),
-                _ => Separator::Bytes(memmem::Finder::new(sep).into_owned()),
+                _ => Separator::Bytes(Box::new(memmem::Finder::new(sep).into_owned())),
             },
             sep_len: sep.len().max(1),
             quote,
@@ -332,7 +370,7 @@ impl Splitter {
     #[inline]
     fn find_sep(&self, hay: &[u8]) -> Option<usize> {
         match &self.sep {
-            Separator::Byte(b) => memchr::memchr(*b, hay),
+            Separator::Byte(b) => find_byte(*b, hay),
             Separator::Bytes(f) => f.find(hay),
         }
     }
@@ -702,6 +740,23 @@ pub(crate) mod tests {
         assert!(e("separator: '|'\nquote: ab\nkeys: [a]")[0].contains("single byte"));
         assert!(e("separator: '|'\nquote: '|'\nkeys: [a]")[0].contains("part of `separator`"));
         assert!(e("separator: '|'\nkeys: [a]\nextra: more")[0].contains("must be one of"));
+    }
+
+    #[test]
+    fn find_byte_agrees_with_a_plain_search() {
+        let mut rng = Rng(5);
+        for len in 0..100 {
+            for _ in 0..50 {
+                let hay: Vec<u8> = (0..len).map(|_| b"ab|\x80\xff\x00"[rng.below(6)]).collect();
+                for b in [b'|', 0x80, 0xff, 0, b'z'] {
+                    assert_eq!(
+                        find_byte(b, &hay),
+                        hay.iter().position(|&c| c == b),
+                        "{hay:?} {b}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,7 +24,10 @@
 //! valid UTF-8 then fails to parse). PCRE2 backtracks: a pattern with nested
 //! quantifiers such as `(a+)+$` can be slow on lines that almost match; each
 //! match is bounded by PCRE2's match limit (10 million steps), and a line
-//! that exceeds it fails to parse rather than stalling the pipeline.
+//! that exceeds it fails to parse rather than stalling the pipeline. A group
+//! repeated tens of thousands of times (`(?:a|b)*` over a long line) can
+//! likewise exhaust the 1 MiB JIT stack and fail; a repeated character class
+//! (`[ab]*`, `.*`) has no such limit.
 //!
 //! An invalid pattern, or one without a named group, is a configuration
 //! error with its position. A line that does not match (or a missing or

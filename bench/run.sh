@@ -6,7 +6,13 @@
 #
 # Environment:
 #   BENCH_SIZE      size of each generated data set (default 1GiB; e.g. 256MiB)
-#   BENCH_SINKS     sink variants (default "blackhole text ndjson")
+#   BENCH_SINKS     variants (default "blackhole text ndjson parse-blackhole parse-ndjson"):
+#                   blackhole, text, ndjson: raw lines (processors: []) into the
+#                   blackhole sink, or the file sink on /dev/null (text or ndjson);
+#                   parse-blackhole, parse-ndjson: the parsing each data set is
+#                   made for (regex512: parse_regex, json512: parse_json, delim512:
+#                   parse_delimiter, multiline512: multiline start pattern,
+#                   nginx283: parse_regex; none for single128, which is skipped).
 #   BENCH_THREADS   --threads values for every data set (default: 1, plus 2 for single128)
 #   BENCH_REPEAT    runs per configuration; the fastest is reported, with the
 #                   range over all runs (default 3)
@@ -31,7 +37,7 @@ HELPER="$ROOT/bench/petrel_bench.py"
 ALL_DATASETS=(single128 regex512 json512 delim512 multiline512 nginx283)
 
 BENCH_SIZE="${BENCH_SIZE:-1GiB}"
-BENCH_SINKS="${BENCH_SINKS:-blackhole text ndjson}"
+BENCH_SINKS="${BENCH_SINKS:-blackhole text ndjson parse-blackhole parse-ndjson}"
 BENCH_REPEAT="${BENCH_REPEAT:-3}"
 BENCH_TIMEOUT="${BENCH_TIMEOUT:-600}"
 BENCH_SEED="${BENCH_SEED:-1}"
@@ -40,6 +46,7 @@ RATE_DURATION="${RATE_DURATION:-60}"
 RATE_RATES="${RATE_RATES:-1MB 10MB}"
 
 export LC_ALL=C
+export PYTHONDONTWRITEBYTECODE=1
 
 CHILD=""
 cleanup() {
@@ -96,16 +103,20 @@ machine_facts() {
 # parameters and the resulting size).
 gen_file() { # DATASET -> prints path
     local ds=$1 f="$OUT/data/$1-$BENCH_SIZE.log"
-    local stamp="$f.gen" want="$ds $BENCH_SIZE seed=$BENCH_SEED"
+    local stamp="$f.gen" want="$ds $BENCH_SIZE seed=$BENCH_SEED" report
     mkdir -p "$OUT/data"
     if [[ "${BENCH_REGEN:-0}" == 1 || ! -f "$f" || ! -f "$stamp" ]] \
         || [[ "$(head -1 "$stamp")" != "$want" ]] \
-        || [[ "$(sed -n 2p "$stamp")" != "$(stat -c %s "$f")" ]]; then
+        || [[ "$(sed -n 2p "$stamp")" != "$(stat -c %s "$f")" ]] \
+        || [[ -z "$(sed -n 3p "$stamp")" ]]; then
         echo "== petrel gen --format $ds --size $BENCH_SIZE" >&2
         rm -f "$f" "$stamp"
-        "$BIN" gen --format "$ds" --size "$BENCH_SIZE" --seed "$BENCH_SEED" --output "$f" >&2 \
-            || die "petrel gen --format $ds failed"
-        printf '%s\n%s\n' "$want" "$(stat -c %s "$f")" > "$stamp"
+        report=$("$BIN" gen --format "$ds" --size "$BENCH_SIZE" --seed "$BENCH_SEED" --output "$f" 2>&1) \
+            || die "petrel gen --format $ds failed: $report"
+        echo "$report" >&2
+        # Line 3: events as the generator counts them (multiline512: 23 lines each).
+        printf '%s\n%s\n%s\n' "$want" "$(stat -c %s "$f")" \
+            "$(echo "$report" | sed -n 's/.* \([0-9]*\) events.*/\1/p')" > "$stamp"
     fi
     echo "$f"
 }
@@ -143,25 +154,36 @@ throughput() {
     : > "$rows"; : > "$jsonl"
     local limits="$OUT/limits.tsv"; : > "$limits"
 
-    printf '%-13s %-9s %3s %9s %11s %9s %8s %7s\n' \
-        "data set" sink thr "MB/s" "events/s" "CPU s/GB" "RSS MB" "vs wc"
+    printf '%-13s %-16s %3s %9s %11s %9s %8s %7s\n' \
+        "data set" variant thr "MB/s" "events/s" "CPU s/GB" "RSS MB" "vs wc"
     for ds in "${datasets[@]}"; do
-        local f size lines wc_s wc_mbs
+        local f size lines wc_s wc_mbs gen_events
         f=$(gen_file "$ds")
         size=$(stat -c %s "$f")
+        gen_events=$(sed -n 3p "$f.gen")
         read -r lines wc_s < <(wc_limit "$f")
         wc_mbs=$(echo "$size / $wc_s / 1000000" | bc -l)
         printf '%s\t%s\t%s\t%s\t%.1f\n' "$ds" "$size" "$lines" "$wc_s" "$wc_mbs" >> "$limits"
-        printf '%-13s %-9s %3s %9.0f %11s %9s %8s %7s   (%d lines, %d bytes)\n' \
+        printf '%-13s %-16s %3s %9.0f %11s %9s %8s %7s   (%d lines, %d bytes)\n' \
             "$ds" "wc -l" "-" "$wc_mbs" "-" "-" "-" "1.00" "$lines" "$size"
-        for sink in $BENCH_SINKS; do
+        for variant in $BENCH_SINKS; do
+            local sink=$variant parse=() expect=$lines
+            if [[ "$variant" == parse-* ]]; then
+                [[ "$ds" != single128 ]] || continue   # nothing to parse
+                sink=${variant#parse-}
+                parse=(--parse "$ds")
+                # Multiline joins lines: the sink sees the generator's events.
+                # The last one is held until the file has not grown for
+                # timeout_ms (1 s) by design, so completion is all but it.
+                [[ "$ds" != multiline512 ]] || expect=$((gen_events - 1))
+            fi
             for thr in $(threads_for "$ds"); do
-                local name="$ds-$sink-t$thr" results=()
+                local name="$ds-$variant-t$thr" results=()
                 for rep in $(seq "$BENCH_REPEAT"); do
                     local wd="$OUT/runs/$name" res="$OUT/runs/$name.$rep.json"
                     page_cache "$f"
                     run_child python3 "$HELPER" throughput --bin "$BIN" --file "$f" \
-                        --lines "$lines" --sink "$sink" --threads "$thr" \
+                        --lines "$expect" --sink "$sink" --threads "$thr" "${parse[@]}" \
                         --workdir "$wd" --timeout "$BENCH_TIMEOUT" --quiet-wait "$BENCH_QUIET_WAIT" > "$res" \
                         || die "run $name #$rep failed (logs in $wd)"
                     cat "$res" >> "$jsonl"
@@ -182,14 +204,15 @@ throughput() {
                 other=$(echo "$(json_get "$pick" other_cpu_s) / $wall" | bc -l)
                 local mbs evs cpugb rss ratio
                 mbs=$(echo "$size / $wall / 1000000" | bc -l)
-                evs=$(echo "$lines / $wall" | bc -l)
+                evs=$(echo "$expect / $wall" | bc -l)
                 cpugb=$(echo "$cpu / ($size / 1000000000)" | bc -l)
                 rss=$(echo "$hwm / 1024" | bc -l)
                 ratio=$(echo "$mbs / $wc_mbs" | bc -l)
-                printf '%-13s %-9s %3s %9.0f %11.0f %9.2f %8.1f %7.3f   range %s MB/s, other procs %.2f cores\n' \
-                    "$ds" "$sink" "$thr" "$mbs" "$evs" "$cpugb" "$rss" "$ratio" "$range" "$other"
+                printf '%-13s %-16s %3s %9.0f %11.0f %9.2f %8.1f %7.3f   range %s MB/s, other procs %.2f cores%s\n' \
+                    "$ds" "$variant" "$thr" "$mbs" "$evs" "$cpugb" "$rss" "$ratio" "$range" "$other" \
+                    "$(pf=$(json_get "$pick" parse_failed); [[ "$pf" == 0 ]] || echo ", $pf PARSE FAILURES")"
                 printf '%s\t%s\t%s\t%.1f\t%.0f\t%.2f\t%.1f\t%.3f\t%.3f\t%.2f\t%.2f\t%s\n' \
-                    "$ds" "$sink" "$thr" "$mbs" "$evs" "$cpugb" "$rss" "$ratio" "$wall" "$cpu" "$other" "$range" >> "$rows"
+                    "$ds" "$variant" "$thr" "$mbs" "$evs" "$cpugb" "$rss" "$ratio" "$wall" "$cpu" "$other" "$range" >> "$rows"
             done
         done
     done
@@ -207,9 +230,11 @@ throughput() {
         echo "|---|---:|---:|---:|---:|"
         awk -F'\t' '{printf "| %s | %d | %d | %.3f | %.0f |\n", $1, $2, $3, $4, $5}' "$limits"
         echo
-        echo "| data set | sink | threads | MB/s | events/s | CPU s per GB | peak RSS MB | ratio to wc -l | wall s | CPU s | other procs (cores) | MB/s range |"
+        echo "| data set | variant | threads | MB/s | events/s | CPU s per GB | peak RSS MB | ratio to wc -l | wall s | CPU s | other procs (cores) | MB/s range |"
         echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         awk -F'\t' '{printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f | %.3f | %.3f | %.2f | %.2f | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' "$rows"
+        echo
+        echo "Variants: blackhole / text / ndjson = raw lines (processors: []) into the blackhole sink or the file sink on /dev/null; parse-* = the data set's parser (regex512, nginx283: parse_regex; json512: parse_json; delim512: parse_delimiter; multiline512: multiline start_pattern in the source, events/s counts 23-line events) into the blackhole or the ndjson file sink."
         echo
         echo "\"other procs\" = CPU used by other processes on the machine during the run, in cores (wall-normalised); above ~0.2 the run competed for the CPU."
     } > "$OUT/results.md"

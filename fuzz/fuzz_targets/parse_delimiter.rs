@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use petrel::processors::common::OnError;
-use petrel::processors::parse_delimiter::{Config, Extra, ParseDelimiter};
+use petrel_fuzz::processors::common::OnError;
+use petrel_fuzz::processors::parse_delimiter::{Config, Extra, ParseDelimiter};
 
 static PROCS: LazyLock<Vec<ParseDelimiter>> = LazyLock::new(|| {
     let mut v = Vec::new();

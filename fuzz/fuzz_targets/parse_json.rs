@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use petrel::processors::common::OnError;
-use petrel::processors::parse_json::{Config, ParseJson};
+use petrel_fuzz::processors::common::OnError;
+use petrel_fuzz::processors::parse_json::{Config, ParseJson};
 
 static PROCS: LazyLock<Vec<ParseJson>> = LazyLock::new(|| {
     let mut v = Vec::new();

@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use petrel::processors::common::OnError;
-use petrel::processors::parse_regex::{Config, ParseRegex};
+use petrel_fuzz::processors::common::OnError;
+use petrel_fuzz::processors::parse_regex::{Config, ParseRegex};
 
 const PATTERNS: &[&str] = &[
     r"\[(?P<time>[^]]+)]\s\[(?P<level>\w+)]\s\[(?P<pid>\d+)]\s(?P<file>\S+):(?P<line>\d+)\slog:(?P<log>.*)",

@@ -2,6 +2,8 @@
 //! a span of a batch buffer (placed after other data, so offsets are not
 //! zero) and once as an owned value, and the two results must agree.
 
+pub mod processors;
+
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -124,14 +124,18 @@ fn regex512(c: &mut Criterion) {
             black_box(n)
         })
     });
-    for (name, unicode) in [
+    let variants = [
         ("regex_bytes_captures_read", true),
         ("regex_bytes_ascii_captures_read", false),
-    ] {
+    ]
+    .map(|(name, unicode)| {
         let re = regex::bytes::RegexBuilder::new(PATTERN)
             .unicode(unicode)
             .build()
             .expect("regex");
+        (name, re)
+    });
+    for (name, re) in variants {
         let mut locs = re.capture_locations();
         g.bench_function(name, |b| {
             b.iter(|| {

@@ -30,7 +30,11 @@ fn thousand_pipelines_ten_files_each_on_few_threads() {
         let logs = dir.path().join("logs").join(format!("p{p:04}"));
         std::fs::create_dir_all(&logs).unwrap();
         for f in 0..FILES {
-            std::fs::write(logs.join(format!("f{f}.log")), format!("pipeline {p} file {f}\n")).unwrap();
+            std::fs::write(
+                logs.join(format!("f{f}.log")),
+                format!("pipeline {p} file {f}\n"),
+            )
+            .unwrap();
         }
         write_config(
             &conf,
@@ -71,5 +75,8 @@ fn thousand_pipelines_ten_files_each_on_few_threads() {
     eprintln!("1000 pipelines: peak {peak_threads} threads");
     // main + input + 2 workers + 1 sink runtime thread + at most 8
     // blocking writers, plus the signal thread.
-    assert!(peak_threads <= 16, "{peak_threads} threads for 1,000 pipelines");
+    assert!(
+        peak_threads <= 16,
+        "{peak_threads} threads for 1,000 pipelines"
+    );
 }

@@ -192,9 +192,10 @@ throughput() {
                 # Fastest run (like wc -l's best of 3); the range shows the spread.
                 local pick walls wmin wmax
                 walls=$(for r in "${results[@]}"; do echo "$(json_get "$r" wall_s) $r"; done | sort -g)
-                pick=$(echo "$walls" | head -1 | cut -d' ' -f2)
-                wmin=$(echo "$walls" | head -1 | cut -d' ' -f1)
-                wmax=$(echo "$walls" | tail -1 | cut -d' ' -f1)
+                # (No `| head` here: with pipefail its SIGPIPE would end the script.)
+                read -r wmin pick <<< "$walls"
+                local last=${walls##*$'\n'}
+                wmax=${last%% *}
                 local range
                 range=$(printf '%.0f-%.0f' "$(echo "$size / $wmax / 1000000" | bc -l)" \
                     "$(echo "$size / $wmin / 1000000" | bc -l)")

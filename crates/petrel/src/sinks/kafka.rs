@@ -126,7 +126,9 @@ impl KafkaSinkConfig {
         }
         // librdkafka checks its own settings; report a bad one here, at its
         // position, rather than at start.
-        if let Err(e) = client_config(&client).create::<FutureProducer>() {
+        if let Err(e) =
+            client_config(&client).create_with_context::<_, Producer>(QuietContext::default())
+        {
             map.node()
                 .error(format!("Kafka client settings rejected: {e}"));
             return None;
@@ -154,9 +156,46 @@ fn client_config(pairs: &[(String, String)]) -> ClientConfig {
     c
 }
 
+/// librdkafka reports a broker outage as a stream of client errors, several
+/// a second; the sink's own retry warnings already say what matters. This
+/// context logs each kind of client error at most once per 30 s.
+#[derive(Default)]
+pub struct QuietContext {
+    last: Mutex<HashMap<String, Instant>>,
+}
+
+impl rdkafka::ClientContext for QuietContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        // Connection failures also arrive through `error`, rate limited
+        // there; librdkafka's own log is for debugging.
+        match level {
+            L::Emerg | L::Alert | L::Critical => tracing::error!(fac, "librdkafka: {log_message}"),
+            _ => tracing::debug!(fac, "librdkafka: {log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let kind = format!("{:?}", error.rdkafka_error_code());
+        let mut last = self.last.lock();
+        let now = Instant::now();
+        if last
+            .get(&kind)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
+        {
+            return;
+        }
+        last.insert(kind, now);
+        tracing::warn!(error = %error, reason, "kafka client error (repeats are logged every 30 s)");
+    }
+}
+
+/// The producer type of the sink.
+type Producer = FutureProducer<QuietContext>;
+
 /// Producers shared by sinks with identical settings.
-fn shared_producer(pairs: &[(String, String)]) -> anyhow::Result<FutureProducer> {
-    static PRODUCERS: OnceLock<Mutex<HashMap<String, FutureProducer>>> = OnceLock::new();
+fn shared_producer(pairs: &[(String, String)]) -> anyhow::Result<Producer> {
+    static PRODUCERS: OnceLock<Mutex<HashMap<String, Producer>>> = OnceLock::new();
     let mut sorted = pairs.to_vec();
     sorted.sort();
     let key = sorted
@@ -168,7 +207,7 @@ fn shared_producer(pairs: &[(String, String)]) -> anyhow::Result<FutureProducer>
     if let Some(p) = map.get(&key) {
         return Ok(p.clone());
     }
-    let p: FutureProducer = client_config(pairs).create()?;
+    let p: Producer = client_config(pairs).create_with_context(QuietContext::default())?;
     map.insert(key, p.clone());
     Ok(p)
 }
@@ -191,7 +230,7 @@ pub struct KafkaSink {
     topic: Template,
     fallback_topic: String,
     key_field: Option<String>,
-    producer: FutureProducer,
+    producer: Producer,
     max_in_flight: usize,
     metrics: ComponentMetrics,
     fallback: Counter,

@@ -67,7 +67,9 @@ EOP
 }
 
 metric() { # port name-regex
-  curl -s "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {print $NF}' | head -1
+  # awk stops itself at the first match: `head -1` would make curl or awk
+  # die of SIGPIPE, which pipefail turns into a failure.
+  curl -s "http://127.0.0.1:$1/metrics" | awk -v re="$2" '$0 ~ re {print $NF; exit}' || true
 }
 
 run() { # dataset sink-yaml label threads events-per-line-divisor extra-yaml
@@ -87,10 +89,10 @@ EOPY
   local dir="$WORK/run-$ds-$label"; mkdir -p "$dir"
   printf 'sources:\n  - type: file\n    include: ["%s"]\n    read_from: beginning\n%s\nsinks:\n%s\n' "$data" "$extra" "$sink" > "$dir/p.yaml"
   local t0; t0=$(date +%s.%N)
-  "$BIN" run --config "$dir/p.yaml" --data-dir "$dir/data" --threads "$threads" --api-addr 127.0.0.1:0 2> "$dir/err" &
+  "$BIN" run --config "$dir/p.yaml" --data-dir "$dir/data" --threads "$threads" --api-addr 127.0.0.1:0 > /dev/null 2> "$dir/err" &
   AGENT=$!
   local port=""
-  for _ in $(seq 1200); do port=$(grep -o 'http://127.0.0.1:[0-9]*' "$dir/err" | head -1 | sed 's/.*://'); [[ -n "$port" ]] && break; sleep 0.05; done
+  for _ in $(seq 1200); do port=$(grep -o -m1 'http://127.0.0.1:[0-9]*' "$dir/err" | sed 's/.*://' || true); [[ -n "$port" ]] && break; sleep 0.05; done
   [[ -n "$port" ]] || { echo "bench/pipelines.sh: petrel did not start; its log:" >&2; cat "$dir/err" >&2; exit 1; }
   local n=0 deadline=$((SECONDS + 900))
   while (( SECONDS < deadline )); do
@@ -122,13 +124,14 @@ NDJSON="  - type: file
 REGEX='\[(?<time>[^]]+)]\s\[(?<level>\w+)]\s\[(?<pid>\d+)]\s(?<file>\S+):(?<line>\d+)\slog:(?<log>.*)'
 case "$MODE" in
 processors)
+  exec > >(tee "$OUT/processors.md")
   {
     echo "# Processing pipelines ($(date -u +%Y-%m-%dT%H:%MZ))"
     echo
     echo "BENCH_SIZE=$SIZE, file from the beginning → processor → file sink (ndjson) on /dev/null. Wall time includes start-up and, for multiline, the 50 ms flush of the last event."
     echo
     header
-    for t in 1 2; do
+    for t in ${BENCH_THREADS:-1 2}; do
       run regex512 "$NDJSON" "parse_regex" "$t" 1 "processors:
   - type: parse_regex
     pattern: '$REGEX'"
@@ -145,10 +148,11 @@ processors)
       mode: timestamp
       timeout_ms: 50"
     done
-  } | tee "$OUT/processors.md"
+  }
   ;;
 kafka)
   start_broker
+  exec > >(tee "$OUT/kafka.md")
   {
     echo "# File → Kafka vs file sink ($(date -u +%Y-%m-%dT%H:%MZ))"
     echo
@@ -165,7 +169,7 @@ kafka)
     compression: $c" "kafka ndjson $c"
       done
     done
-  } | tee "$OUT/kafka.md"
+  }
   ;;
 *) echo "usage: bench/pipelines.sh processors|kafka" >&2; exit 2 ;;
 esac

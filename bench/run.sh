@@ -88,6 +88,8 @@ build() {
     fi
     [[ -x "$BUILT" ]] || die "$BUILT not found; run cargo build --release -p petrel"
     cp "$BUILT" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+    # What the copied binary was built from (others may commit meanwhile).
+    BUILT_FROM="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'no git')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')"
     echo "== using $BIN (sha256 $(sha256sum "$BIN" | cut -c1-12))" >&2
 }
 
@@ -96,7 +98,7 @@ machine_facts() {
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
     echo "kernel: $(uname -r)"
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-    echo "petrel: $("$BIN" --version 2>/dev/null || echo '?'), binary sha256 $(sha256sum "$BIN" | cut -c1-12), built from $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'no git')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')"
+    echo "petrel: $("$BIN" --version 2>/dev/null || echo '?'), binary sha256 $(sha256sum "$BIN" | cut -c1-12), working tree at build time: ${BUILT_FROM:-?}"
 }
 
 # Generates bench/out/<dataset>-<size>.log once (a .gen stamp remembers the
@@ -200,7 +202,10 @@ throughput() {
                 range=$(printf '%.0f-%.0f' "$(echo "$size / $wmax / 1000000" | bc -l)" \
                     "$(echo "$size / $wmin / 1000000" | bc -l)")
                 local wall cpu hwm other
-                wall=$(json_get "$pick" wall_s); cpu=$(json_get "$pick" cpu_s); hwm=$(json_get "$pick" hwm_kb)
+                wall=$(json_get "$pick" wall_s); hwm=$(json_get "$pick" hwm_kb)
+                # Scheduler time when the kernel exposes it, else utime+stime.
+                cpu=$(json_get "$pick" cpu_exact_s)
+                [[ "$cpu" != None ]] || cpu=$(json_get "$pick" cpu_s)
                 # Cores used by other processes during the run (noise indicator).
                 other=$(echo "$(json_get "$pick" other_cpu_s) / $wall" | bc -l)
                 local mbs evs cpugb rss ratio
@@ -235,6 +240,8 @@ throughput() {
         echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         awk -F'\t' '{printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f | %.3f | %.3f | %.2f | %.2f | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' "$rows"
         echo
+        echo "CPU s = petrel's on-CPU time from start to completion (se.sum_exec_runtime of its threads; utime+stime where unavailable); CPU s per GB = that / file GB. \"threads\" is --threads, the processing workers; the input thread and the sink runtime come in addition, so one worker can use more than one core."
+        echo
         echo "Variants: blackhole / text / ndjson = raw lines (processors: []) into the blackhole sink or the file sink on /dev/null; parse-* = the data set's parser (regex512, nginx283: parse_regex; json512: parse_json; delim512: parse_delimiter; multiline512: multiline start_pattern in the source, events/s counts 23-line events) into the blackhole or the ndjson file sink."
         echo
         echo "\"other procs\" = CPU used by other processes on the machine during the run, in cores (wall-normalised); above ~0.2 the run competed for the CPU."
@@ -246,8 +253,8 @@ rate() {
     build
     mkdir -p "$OUT/runs"
     local jsonl="$OUT/rate.jsonl"; : > "$jsonl"
-    printf '%-8s %6s %8s %8s %10s %10s %10s %9s %s\n' \
-        rate secs "CPU %" "idle %" "RSS avg" "RSS peak" "VmHWM" "drain s" "all lines arrived"
+    printf '%-8s %6s %8s %8s %8s %10s %10s %10s %9s %s\n' \
+        rate secs "CPU %" "ticks %" "idle %" "RSS avg" "RSS peak" "VmHWM" "drain s" "all lines arrived"
     for r in $RATE_RATES; do
         local wd="$OUT/runs/rate-$r" res="$OUT/runs/rate-$r.json"
         run_child python3 "$HELPER" rate --bin "$BIN" --rate "$r" --duration "$RATE_DURATION" \
@@ -259,7 +266,9 @@ rate() {
 import json, sys
 d = json.load(open(sys.argv[1]))
 ok = "yes" if d["arrived"] else f"NO ({d['events']} of {d['lines']})"
-print(f"{sys.argv[2]:<8} {d['duration']:>6} {d['cpu_pct']:>8.2f} {d['idle_cpu_pct']:>8.2f} "
+ex = d.get("cpu_exact_pct")
+print(f"{sys.argv[2]:<8} {d['duration']:>6} {ex if ex is not None else float('nan'):>8.2f} {d['cpu_pct']:>8.2f} "
+      f"{d['idle_exact_pct'] if d.get('idle_exact_pct') is not None else d['idle_cpu_pct']:>8.2f} "
       f"{d['rss_avg_kb']/1024:>8.1f}MB {d['rss_max_kb']/1024:>8.1f}MB {d['hwm_kb']/1024:>8.1f}MB "
       f"{d['drain_s']:>9.2f} {ok}  ({d['lines']} lines)")
 EOF
@@ -268,19 +277,22 @@ EOF
         echo "# Petrel at a fixed rate ($(date -u +%Y-%m-%dT%H:%MZ))"
         echo
         echo "single128, file sink (text) on /dev/null, --threads 1, RATE_DURATION=$RATE_DURATION s."
-        echo "CPU % = (utime+stime delta) / wall time from generator start until the last line left the sink, in % of one core."
+        echo "CPU % = petrel's on-CPU time (sum of se.sum_exec_runtime of its threads, /proc/PID/task/*/sched) / wall time from generator start until the last line left the sink, in % of one core. \"ticks\" is the same from utime+stime, which this kernel (CONFIG_TICK_CPU_ACCOUNTING) samples at timer ticks: coarse, and can be biased for a process that wakes every 10 ms in short bursts. Idle = the same, over 5 s of tailing a file that does not grow."
         echo "RSS sampled every 1 s (VmRSS); VmHWM is the peak over the whole process life."
         echo
         machine_facts | sed 's/^/- /'
         echo
-        echo "| rate | CPU % of one core | max 1 s CPU % | idle CPU % | RSS avg MB | RSS peak MB (1 s samples) | VmHWM MB | lines | all arrived | drain s |"
-        echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+        echo "| rate | CPU % of one core | CPU % (ticks) | max 1 s CPU % (ticks) | idle CPU % | RSS avg MB | RSS peak MB (1 s samples) | VmHWM MB | lines | all arrived | drain s |"
+        echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
         python3 - "$jsonl" <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
     rate = d['rate'][:-2] + " MB/s" if d['rate'].endswith('MB') else d['rate'] + " B/s"
-    print(f"| {rate} | {d['cpu_pct']:.2f} | {d['cpu_pct_max_1s']:.1f} | {d['idle_cpu_pct']:.2f} | "
+    ex = d.get("cpu_exact_pct")
+    idle = d.get("idle_exact_pct")
+    print(f"| {rate} | {ex if ex is not None else float('nan'):.2f} | {d['cpu_pct']:.2f} | {d['cpu_pct_max_1s']:.1f} | "
+          f"{idle if idle is not None else d['idle_cpu_pct']:.2f} | "
           f"{d['rss_avg_kb']/1024:.1f} | {d['rss_max_kb']/1024:.1f} | {d['hwm_kb']/1024:.1f} | "
           f"{d['lines']} | {'yes' if d['arrived'] else 'NO'} | {d['drain_s']:.2f} |")
 EOF

@@ -76,6 +76,8 @@ pub struct Changes {
     pub modified: Vec<PathBuf>,
     /// Something was created, moved or deleted: rescan.
     pub rescan: bool,
+    /// Renames seen within watched directories: (old path, new path).
+    pub renamed: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The shared discovery state.
@@ -89,6 +91,8 @@ pub struct Discovery {
     watches: HashMap<WatchDescriptor, PathBuf>,
     watched: HashSet<PathBuf>,
     inotify_buf: Vec<u8>,
+    /// Old paths of MOVED_FROM events waiting for their MOVED_TO, by cookie.
+    moves: HashMap<u32, PathBuf>,
     /// True once a watch could not be added (limit reached): scans must
     /// then run often.
     pub degraded: bool,
@@ -136,6 +140,7 @@ impl Discovery {
             watched: HashSet::new(),
             inotify_buf: vec![0; 64 * 1024],
             degraded: false,
+            moves: HashMap::new(),
         })
     }
 
@@ -204,20 +209,58 @@ impl Discovery {
                 continue;
             }
             let id = FileId::of(&meta);
-            let mut added: Vec<usize> = Vec::new();
-            for &g in hits.iter() {
-                for &src in &self.include_owners[g] {
-                    if added.contains(&src) || self.excludes[src].is_match(&path) {
-                        continue;
-                    }
+            for src in self.owners_of(&path, hits) {
+                out[src].push(Found {
+                    path: path.clone(),
+                    id,
+                });
+            }
+        }
+    }
+
+    /// The sources whose include globs (already matched into `hits`) and
+    /// exclude globs select `path`.
+    fn owners_of(&self, path: &Path, hits: &[usize]) -> Vec<usize> {
+        let mut added: Vec<usize> = Vec::new();
+        for &g in hits {
+            for &src in &self.include_owners[g] {
+                if !added.contains(&src) && !self.excludes[src].is_match(path) {
                     added.push(src);
-                    out[src].push(Found {
-                        path: path.clone(),
-                        id,
-                    });
                 }
             }
         }
+        added
+    }
+
+    /// Files renamed away from a path a source reads, found under their new
+    /// name: a file created and rotated between two scans (the agent busy,
+    /// several rotations in a row) would otherwise never be seen at a
+    /// matching path, and its lines would be lost.
+    pub fn renamed_files(&self, renames: &[(PathBuf, PathBuf)]) -> Vec<(usize, Found)> {
+        let mut out = Vec::new();
+        let mut hits = Vec::new();
+        for (old, new) in renames {
+            self.includes.matches_into(old, &mut hits);
+            if hits.is_empty() {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(new) else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            for src in self.owners_of(old, &hits) {
+                out.push((
+                    src,
+                    Found {
+                        path: new.clone(),
+                        id: FileId::of(&meta),
+                    },
+                ));
+            }
+        }
+        out
     }
 
     fn watch(&mut self, dir: &Path) {
@@ -288,11 +331,24 @@ impl Discovery {
                     ch.rescan = true;
                 }
                 if let Some(name) = ev.name {
+                    let path = dir.join(name);
+                    if ev.mask.contains(M::MOVED_FROM) {
+                        // Bounded: cookies whose MOVED_TO never comes (moved
+                        // out of the watched tree) are dropped wholesale.
+                        if self.moves.len() > 4096 {
+                            self.moves.clear();
+                        }
+                        self.moves.insert(ev.cookie, path.clone());
+                    } else if ev.mask.contains(M::MOVED_TO) {
+                        if let Some(old) = self.moves.remove(&ev.cookie) {
+                            ch.renamed.push((old, path.clone()));
+                        }
+                    }
                     if ev
                         .mask
                         .intersects(M::MODIFY | M::CLOSE_WRITE | M::CREATE | M::MOVED_TO)
                     {
-                        ch.modified.push(dir.join(name));
+                        ch.modified.push(path);
                     }
                 }
             }

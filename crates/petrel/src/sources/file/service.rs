@@ -146,6 +146,9 @@ impl Input {
         while !self.stop.load(Ordering::SeqCst) {
             let changes = self.discovery.changes();
             let now = Instant::now();
+            if !changes.renamed.is_empty() {
+                self.follow_renames(&changes.renamed);
+            }
             if changes.rescan || now >= next_scan {
                 self.scan();
                 let period = if self.discovery.degraded {
@@ -231,6 +234,28 @@ impl Input {
                     r.detached_since = Some(now);
                     r.dirty = true;
                 }
+            }
+        }
+    }
+
+    /// Opens files that were renamed away from a matched path before any
+    /// scan saw them there; they are read from the start (they are new to
+    /// this source) and closed like any rotated file once read.
+    fn follow_renames(&mut self, renames: &[(PathBuf, PathBuf)]) {
+        let now = Instant::now();
+        for (src_idx, f) in self.discovery.renamed_files(renames) {
+            let Some(src) = self.sources.get_mut(src_idx) else {
+                continue;
+            };
+            if let Some(r) = src.readers.get_mut(&f.id) {
+                r.set_path(f.path.clone());
+                r.dirty = true;
+                continue;
+            }
+            if let Some(mut r) = open_reader(&src.spec, &f, &HashMap::new(), false) {
+                tracing::debug!(path = %f.path.display(), "following a file rotated before it was seen");
+                r.detached_since = Some(now);
+                src.readers.insert(f.id, r);
             }
         }
     }

@@ -402,10 +402,13 @@ def cmd_rate(a):
     sys0 = system_busy_seconds()
     threads0 = set(os.listdir(f"/proc/{p.pid}/task"))
     cpu0, exec0, t0 = proc_cpu_seconds(p.pid), proc_exec_seconds(p.pid), time.monotonic()
-    gen = subprocess.Popen(
-        [a.bin, "gen", "--format", a.format, "--rate", str(a.rate),
-         "--duration", str(a.duration), "--output", log_file, "--seed", str(a.seed)],
-        stdin=subprocess.DEVNULL, stdout=gen_log, stderr=gen_log)
+    if a.writer == "gen":
+        writer_cmd = [a.bin, "gen", "--format", a.format, "--rate", str(a.rate),
+                      "--duration", str(a.duration), "--output", log_file, "--seed", str(a.seed)]
+    else:
+        writer_cmd = [sys.executable, os.path.abspath(__file__), "write-lines", "--output", log_file,
+                      "--rate", str(a.rate), "--duration", str(a.duration)]
+    gen = subprocess.Popen(writer_cmd, stdin=subprocess.DEVNULL, stdout=gen_log, stderr=gen_log)
     children.append(gen)
 
     rss_samples = []
@@ -462,6 +465,7 @@ def cmd_rate(a):
     written = os.path.getsize(log_file)
     emit({
         "rate": a.rate, "duration": a.duration, "sink": a.sink, "threads": a.threads,
+        "writer": a.writer,
         "bytes_written": written, "lines": lines, "events": int(events),
         "arrived": arrived,
         "drain_s": (t1 - gen_done_at) if gen_done_at else None,
@@ -493,6 +497,42 @@ def gen_lines(log_path):
         return int(m.group(2)) if m else None
     except OSError:
         return None
+
+
+def parse_size(text):
+    """Byte counts like petrel's: 1048576, 10MB (10^6), 64MiB (2^20), 1G, 1GiB."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m:
+        fail(f"not a byte count: {text!r}")
+    units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+             "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30}
+    unit = m.group(2).lower()
+    if unit not in units:
+        fail(f"unknown unit in {text!r}")
+    return int(m.group(1)) * units[unit]
+
+
+def cmd_write_lines(a):
+    """Appends 128-byte single128-like lines with one write() per line (like
+    an application logging line by line, unbuffered), paced every 1 ms, at
+    --rate bytes/s for --duration s. Prints the number of lines written."""
+    line = (b"[2025-04-03 10:02:06.561793] [info] [131172] "
+            b"/root/stdout-test/server_stdout.go:165 log:" + b"x" * 128)[:127] + b"\n"
+    per_s = parse_size(a.rate) / len(line)
+    fd = os.open(a.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    t0 = time.monotonic()
+    n = 0
+    while True:
+        now = time.monotonic() - t0
+        if now >= a.duration:
+            break
+        due = int(per_s * now)
+        while n < due:
+            os.write(fd, line)
+            n += 1
+        time.sleep(0.001)
+    os.close(fd)
+    print(f"wrote {n * len(line)} bytes, {n} lines", file=sys.stderr)
 
 
 def count_lines(path):
@@ -536,6 +576,9 @@ def main():
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--memory-limit", help="petrel's --memory-limit (default: petrel's default)")
+    r.add_argument("--writer", choices=["gen", "lines"], default="gen",
+                   help="gen: `petrel gen --rate` (one write per 10 ms slice); lines: one "
+                        "write() per 128-byte line, paced every 1 ms (an unbuffered logger)")
     r.add_argument("--idle", type=float, default=5.0, help="seconds of idle baseline")
     r.add_argument("--workdir", required=True)
     r.add_argument("--timeout", type=float, default=120,
@@ -543,6 +586,12 @@ def main():
     r.add_argument("--quiet-wait", type=float, default=300,
                    help="wait up to this long for an idle machine before starting (0: don't)")
     r.set_defaults(func=cmd_rate)
+
+    w = sub.add_parser("write-lines", help="append lines one write() each at a rate")
+    w.add_argument("--output", required=True)
+    w.add_argument("--rate", required=True)
+    w.add_argument("--duration", type=float, required=True)
+    w.set_defaults(func=cmd_write_lines)
 
     q = sub.add_parser("quiet", help="wait until the machine is idle")
     q.add_argument("--max-wait", type=float, default=300)

@@ -23,14 +23,22 @@
 #                   machine to be idle (<15% busy) (default 30; 0 = don't)
 #   RATE_DURATION   seconds per rate-mode run (default 60)
 #   RATE_RATES      rates for rate mode (default "1MB 10MB"; MB = 10^6 bytes)
+#   RATE_WRITERS    how the file is written in rate mode (default "gen lines"):
+#                   gen = `petrel gen --rate` (one write per 10 ms slice);
+#                   lines = one write() per 128-byte line, paced every 1 ms
+#                   (an application logging line by line without buffering)
 #   BENCH_NO_BUILD=1  skip `cargo build --release -p petrel`
 #
-# Units: MB = 10^6 bytes, GB = 10^9 bytes. Everything lands in bench/out/.
+# Units: MB = 10^6 bytes, GB = 10^9 bytes. Everything lands in bench/out/
+# (git-ignored): data/ (generated once), results.md and results.jsonl
+# (throughput), rate.md and rate.jsonl, runs/NAME/ (pipeline.yaml and
+# petrel.log of the last run of each configuration). Needs bash, python3
+# (standard library only), cargo, wc, awk.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$ROOT/bench/out"
-BUILT="$ROOT/target/release/petrel"
+BUILT="${CARGO_TARGET_DIR:-$ROOT/target}/release/petrel"
 # Benchmarks run a private copy: others may rebuild target/ meanwhile.
 BIN="$OUT/petrel"
 HELPER="$ROOT/bench/petrel_bench.py"
@@ -44,6 +52,7 @@ BENCH_SEED="${BENCH_SEED:-1}"
 BENCH_QUIET_WAIT="${BENCH_QUIET_WAIT:-30}"
 RATE_DURATION="${RATE_DURATION:-60}"
 RATE_RATES="${RATE_RATES:-1MB 10MB}"
+RATE_WRITERS="${RATE_WRITERS:-gen lines}"
 
 export LC_ALL=C
 export PYTHONDONTWRITEBYTECODE=1
@@ -80,6 +89,10 @@ json_get() { # FILE KEY
 }
 
 now() { date +%s.%N; }
+
+# Floating-point arithmetic (awk, so that no bc is needed): calc "1 / 3".
+# Comparisons print 1 or 0.
+calc() { awk "BEGIN { printf \"%.9g\", $1 }" </dev/null; }
 
 build() {
     if [[ "${BENCH_NO_BUILD:-0}" != 1 ]]; then
@@ -132,8 +145,8 @@ wc_limit() {
     python3 "$HELPER" quiet --max-wait "$BENCH_QUIET_WAIT" >&2
     for _ in 1 2 3; do
         t0=$(now); lines=$(wc -l < "$f"); t1=$(now)
-        dt=$(echo "$t1 - $t0" | bc -l)
-        if [[ -z "$best" ]] || (( $(echo "$dt < $best" | bc -l) )); then best=$dt; fi
+        dt=$(calc "$t1 - $t0")
+        if [[ -z "$best" ]] || (( $(calc "$dt < $best") )); then best=$dt; fi
     done
     echo "$lines $best"
 }
@@ -164,7 +177,7 @@ throughput() {
         size=$(stat -c %s "$f")
         gen_events=$(sed -n 3p "$f.gen")
         read -r lines wc_s < <(wc_limit "$f")
-        wc_mbs=$(echo "$size / $wc_s / 1000000" | bc -l)
+        wc_mbs=$(calc "$size / $wc_s / 1000000")
         printf '%s\t%s\t%s\t%s\t%.1f\n' "$ds" "$size" "$lines" "$wc_s" "$wc_mbs" >> "$limits"
         printf '%-13s %-16s %3s %9.0f %11s %9s %8s %7s   (%d lines, %d bytes)\n' \
             "$ds" "wc -l" "-" "$wc_mbs" "-" "-" "-" "1.00" "$lines" "$size"
@@ -199,21 +212,21 @@ throughput() {
                 local last=${walls##*$'\n'}
                 wmax=${last%% *}
                 local range
-                range=$(printf '%.0f-%.0f' "$(echo "$size / $wmax / 1000000" | bc -l)" \
-                    "$(echo "$size / $wmin / 1000000" | bc -l)")
+                range=$(printf '%.0f-%.0f' "$(calc "$size / $wmax / 1000000")" \
+                    "$(calc "$size / $wmin / 1000000")")
                 local wall cpu hwm other
                 wall=$(json_get "$pick" wall_s); hwm=$(json_get "$pick" hwm_kb)
                 # Scheduler time when the kernel exposes it, else utime+stime.
                 cpu=$(json_get "$pick" cpu_exact_s)
                 [[ "$cpu" != None ]] || cpu=$(json_get "$pick" cpu_s)
                 # Cores used by other processes during the run (noise indicator).
-                other=$(echo "$(json_get "$pick" other_cpu_s) / $wall" | bc -l)
+                other=$(calc "$(json_get "$pick" other_cpu_s) / $wall")
                 local mbs evs cpugb rss ratio
-                mbs=$(echo "$size / $wall / 1000000" | bc -l)
-                evs=$(echo "$expect / $wall" | bc -l)
-                cpugb=$(echo "$cpu / ($size / 1000000000)" | bc -l)
-                rss=$(echo "$hwm / 1024" | bc -l)
-                ratio=$(echo "$mbs / $wc_mbs" | bc -l)
+                mbs=$(calc "$size / $wall / 1000000")
+                evs=$(calc "$expect / $wall")
+                cpugb=$(calc "$cpu / ($size / 1000000000)")
+                rss=$(calc "$hwm / 1024")
+                ratio=$(calc "$mbs / $wc_mbs")
                 printf '%-13s %-16s %3s %9.0f %11.0f %9.2f %8.1f %7.3f   range %s MB/s, other procs %.2f cores%s\n' \
                     "$ds" "$variant" "$thr" "$mbs" "$evs" "$cpugb" "$rss" "$ratio" "$range" "$other" \
                     "$(pf=$(json_get "$pick" parse_failed); [[ "$pf" == 0 ]] || echo ", $pf PARSE FAILURES")"
@@ -253,11 +266,12 @@ rate() {
     build
     mkdir -p "$OUT/runs"
     local jsonl="$OUT/rate.jsonl"; : > "$jsonl"
-    printf '%-8s %6s %8s %8s %8s %10s %10s %10s %9s %s\n' \
-        rate secs "CPU %" "ticks %" "idle %" "RSS avg" "RSS peak" "VmHWM" "drain s" "all lines arrived"
+    printf '%-8s %-6s %6s %8s %8s %8s %10s %10s %10s %9s %s\n' \
+        rate writer secs "CPU %" "ticks %" "idle %" "RSS avg" "RSS peak" "VmHWM" "drain s" "all lines arrived"
+    for w in $RATE_WRITERS; do
     for r in $RATE_RATES; do
-        local wd="$OUT/runs/rate-$r" res="$OUT/runs/rate-$r.json"
-        run_child python3 "$HELPER" rate --bin "$BIN" --rate "$r" --duration "$RATE_DURATION" \
+        local wd="$OUT/runs/rate-$w-$r" res="$OUT/runs/rate-$w-$r.json"
+        run_child python3 "$HELPER" rate --bin "$BIN" --rate "$r" --duration "$RATE_DURATION" --writer "$w" \
             --format single128 --sink text --threads 1 --workdir "$wd" \
             --quiet-wait "$BENCH_QUIET_WAIT" > "$res" \
             || die "rate run $r failed (logs in $wd)"
@@ -267,11 +281,12 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 ok = "yes" if d["arrived"] else f"NO ({d['events']} of {d['lines']})"
 ex = d.get("cpu_exact_pct")
-print(f"{sys.argv[2]:<8} {d['duration']:>6} {ex if ex is not None else float('nan'):>8.2f} {d['cpu_pct']:>8.2f} "
+print(f"{sys.argv[2]:<8} {d['writer']:<6} {d['duration']:>6} {ex if ex is not None else float('nan'):>8.2f} {d['cpu_pct']:>8.2f} "
       f"{d['idle_exact_pct'] if d.get('idle_exact_pct') is not None else d['idle_cpu_pct']:>8.2f} "
       f"{d['rss_avg_kb']/1024:>8.1f}MB {d['rss_max_kb']/1024:>8.1f}MB {d['hwm_kb']/1024:>8.1f}MB "
       f"{d['drain_s']:>9.2f} {ok}  ({d['lines']} lines)")
 EOF
+    done
     done
     {
         echo "# Petrel at a fixed rate ($(date -u +%Y-%m-%dT%H:%MZ))"
@@ -279,11 +294,12 @@ EOF
         echo "single128, file sink (text) on /dev/null, --threads 1, RATE_DURATION=$RATE_DURATION s."
         echo "CPU % = petrel's on-CPU time (sum of se.sum_exec_runtime of its threads, /proc/PID/task/*/sched) / wall time from generator start until the last line left the sink, in % of one core. \"ticks\" is the same from utime+stime, which this kernel (CONFIG_TICK_CPU_ACCOUNTING) samples at timer ticks: coarse, and can be biased for a process that wakes every 10 ms in short bursts. Idle = the same, over 5 s of tailing a file that does not grow."
         echo "RSS sampled every 1 s (VmRSS); VmHWM is the peak over the whole process life."
+        echo "Writers: gen = \`petrel gen --rate\` (appends one block per 10 ms slice); lines = one write() per 128-byte line, paced every 1 ms, like an application that logs line by line without buffering (bench/petrel_bench.py write-lines)."
         echo
         machine_facts | sed 's/^/- /'
         echo
-        echo "| rate | CPU % of one core | CPU % (ticks) | max 1 s CPU % (ticks) | idle CPU % | RSS avg MB | RSS peak MB (1 s samples) | VmHWM MB | lines | all arrived | drain s |"
-        echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+        echo "| rate | writer | CPU % of one core | CPU % (ticks) | max 1 s CPU % (ticks) | idle CPU % | RSS avg MB | RSS peak MB (1 s samples) | VmHWM MB | lines | all arrived | drain s |"
+        echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
         python3 - "$jsonl" <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
@@ -291,7 +307,7 @@ for line in open(sys.argv[1]):
     rate = d['rate'][:-2] + " MB/s" if d['rate'].endswith('MB') else d['rate'] + " B/s"
     ex = d.get("cpu_exact_pct")
     idle = d.get("idle_exact_pct")
-    print(f"| {rate} | {ex if ex is not None else float('nan'):.2f} | {d['cpu_pct']:.2f} | {d['cpu_pct_max_1s']:.1f} | "
+    print(f"| {rate} | {d['writer']} | {ex if ex is not None else float('nan'):.2f} | {d['cpu_pct']:.2f} | {d['cpu_pct_max_1s']:.1f} | "
           f"{idle if idle is not None else d['idle_cpu_pct']:.2f} | "
           f"{d['rss_avg_kb']/1024:.1f} | {d['rss_max_kb']/1024:.1f} | {d['hwm_kb']/1024:.1f} | "
           f"{d['lines']} | {'yes' if d['arrived'] else 'NO'} | {d['drain_s']:.2f} |")
@@ -301,7 +317,6 @@ EOF
 }
 
 command -v python3 >/dev/null || die "python3 is required"
-command -v bc >/dev/null || die "bc is required"
 mkdir -p "$OUT"
 if [[ "${1:-}" == rate ]]; then
     shift

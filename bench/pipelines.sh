@@ -15,7 +15,11 @@
 # Each row: MB/s, events/s, agent CPU seconds per GB, peak RSS, and the
 # ratio to the host's raw limit (`wc -l` on the same file, best of 3).
 # BENCH_SIZE (default 512MiB) per data set. MB = 10^6 bytes, GB = 10^9.
-# Output also goes to bench/out/<mode>.md.
+# BENCH_PERF=1 also records a flat `perf` profile of each agent run into
+# bench/out/perf-<data set>-<pipeline>.data (system-wide; BENCH_PERF_ARGS adds
+# options) and the agent's CPU seconds per thread into ….threads.
+# BENCH_KAFKA_EXTRA adds one line of settings to the Kafka sink, e.g.
+# 'librdkafka: { linger.ms: "50" }'. Output also goes to bench/out/<mode>.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$ROOT/bench/out"
@@ -94,6 +98,13 @@ EOPY
   local port=""
   for _ in $(seq 1200); do port=$(grep -o -m1 'http://127.0.0.1:[0-9]*' "$dir/err" | sed 's/.*://' || true); [[ -n "$port" ]] && break; sleep 0.05; done
   [[ -n "$port" ]] || { echo "bench/pipelines.sh: petrel did not start; its log:" >&2; cat "$dir/err" >&2; exit 1; }
+  local perf=""
+  if [[ -n "${BENCH_PERF:-}" ]]; then
+    # System-wide: `-p` would miss threads started later (librdkafka's
+    # broker threads); `perf report --pid` picks the agent out.
+    perf record -F 999 ${BENCH_PERF_ARGS:-} -a -o "$OUT/perf-$ds-${label// /_}.data" >/dev/null 2>&1 &
+    perf=$!
+  fi
   local n=0 deadline=$((SECONDS + 900))
   while (( SECONDS < deadline )); do
     n=$(metric "$port" '^petrel_component_sent_events_total\\{.*component_kind="sink"')
@@ -104,6 +115,13 @@ EOPY
   local cpu rss
   cpu=$(awk '{print ($14+$15)/100}' "/proc/$AGENT/stat")
   rss=$(awk '/VmHWM/ {print $2/1024}' "/proc/$AGENT/status")
+  [[ -n "$perf" ]] && { kill -INT "$perf"; wait "$perf" || true; }
+  if [[ -n "${BENCH_PERF:-}" ]]; then
+    # CPU seconds per thread (name), next to the profile.
+    for t in /proc/"$AGENT"/task/*; do
+      awk '{ match($0, /\(.*\)/); name = substr($0, RSTART + 1, RLENGTH - 2); split(substr($0, RSTART + RLENGTH), f, " "); printf "%s\t%.2f\n", name, (f[12] + f[13]) / 100 }' "$t/stat"
+    done | sort | awk -F'\t' '{ s[$1] += $2 } END { for (k in s) printf "%s=%.2f ", k, s[k]; print "" }' > "$OUT/perf-$ds-${label// /_}.threads"
+  fi
   kill -TERM "$AGENT"; wait "$AGENT" || true; AGENT=""
   [[ "${n%.*}" == "$lines" ]] || { echo "bench/pipelines.sh: $ds $label did not complete ($n of $lines)" >&2; exit 1; }
   python3 - "$ds" "$label" "$threads" "$bytes" "$lines" "$t0" "$t1" "$cpu" "$rss" "$wc_s" <<'EOPY'
@@ -166,7 +184,8 @@ kafka)
     brokers: [\"127.0.0.1:$PORT\"]
     topic: bench-$ds-$c
     encoding: ndjson
-    compression: $c" "kafka ndjson $c"
+    compression: $c${BENCH_KAFKA_EXTRA:+
+    $BENCH_KAFKA_EXTRA}" "kafka ndjson $c"
       done
     done
   }

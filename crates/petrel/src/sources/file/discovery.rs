@@ -299,7 +299,13 @@ impl Discovery {
         let Some(ino) = self.inotify.as_mut() else {
             return ch;
         };
-        loop {
+        // A directory whose files change as fast as events are read (a
+        // busy log next to ours) must not keep the caller here: at most
+        // this many buffers per call, the rest stays queued in the kernel
+        // (which reports an overflow, and so a rescan, if it fills).
+        const MAX_READS: usize = 16;
+        let mut seen: HashSet<PathBuf> = HashSet::new();
+        for _ in 0..MAX_READS {
             let events = match ino.read_events(&mut self.inotify_buf) {
                 Ok(ev) => ev,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -347,7 +353,9 @@ impl Discovery {
                     if ev
                         .mask
                         .intersects(M::MODIFY | M::CLOSE_WRITE | M::CREATE | M::MOVED_TO)
+                        && !seen.contains(&path)
                     {
+                        seen.insert(path.clone());
                         ch.modified.push(path);
                     }
                 }
@@ -426,5 +434,72 @@ mod tests {
         };
         assert_eq!(names(&found[0]), vec!["a.log", "x/y/b.log"]);
         assert_eq!(names(&found[1]), vec!["a.log", "x/y/b.gz", "x/y/b.log"]);
+    }
+
+    #[test]
+    fn event_flood_is_bounded_and_deduplicated() {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let names = ["a.log", "b.log", "c.log"];
+        for n in names {
+            std::fs::write(d.join(n), "").unwrap();
+        }
+        let mut disc = Discovery::new(&[Patterns {
+            include: vec![format!("{}/*.log", d.display())],
+            exclude: vec![],
+        }])
+        .unwrap();
+        disc.scan();
+        // A writer alternating between the files: every write is an event
+        // the kernel cannot merge with the previous one.
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let writer = {
+            let (d, stop, progress) = (d.clone(), stop.clone(), progress.clone());
+            std::thread::spawn(move || {
+                let mut files: Vec<std::fs::File> = names
+                    .iter()
+                    .map(|n| {
+                        std::fs::OpenOptions::new()
+                            .append(true)
+                            .open(d.join(n))
+                            .unwrap()
+                    })
+                    .collect();
+                let mut writes = 0u64;
+                while !stop.load(Ordering::Relaxed) && writes < 2_000_000 {
+                    let f = &mut files[(writes % 3) as usize];
+                    f.write_all(b"x\n").unwrap();
+                    writes += 1;
+                    progress.store(writes, Ordering::Relaxed);
+                }
+                writes
+            })
+        };
+        for _ in 0..10_000 {
+            if progress.load(Ordering::Relaxed) >= 10_000 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let mut calls = 0;
+        let mut seen = 0;
+        while calls < 20 {
+            let ch = disc.changes();
+            assert!(
+                ch.modified.len() <= names.len(),
+                "each modified path once per call, got {}",
+                ch.modified.len()
+            );
+            seen += ch.modified.len();
+            calls += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let writes = writer.join().unwrap();
+        assert!(writes > 0);
+        assert!(seen > 0, "the writes were reported");
     }
 }

@@ -143,13 +143,23 @@ impl Input {
         let mut next_scan = Instant::now();
         let mut next_checkpoint = Instant::now() + self.opts.checkpoint_interval;
         let mut next_refresh = Instant::now();
+        // inotify asks for a rescan on every create or delete; a directory
+        // where files come and go all the time must not turn the loop into
+        // back-to-back scans.
+        const MIN_RESCAN_GAP: Duration = Duration::from_millis(50);
+        let mut last_scan = Instant::now() - MIN_RESCAN_GAP;
+        let mut rescan_wanted = false;
         while !self.stop.load(Ordering::SeqCst) {
             let changes = self.discovery.changes();
             let now = Instant::now();
             if !changes.renamed.is_empty() {
                 self.follow_renames(&changes.renamed);
             }
-            if changes.rescan || now >= next_scan {
+            rescan_wanted |= changes.rescan;
+            let rescan_due = rescan_wanted && now >= last_scan + MIN_RESCAN_GAP;
+            if rescan_due || now >= next_scan {
+                rescan_wanted = false;
+                last_scan = now;
                 self.scan();
                 let period = if self.discovery.degraded {
                     self.opts.poll_interval
@@ -175,9 +185,11 @@ impl Input {
                 let wait = if paused {
                     Duration::from_millis(5)
                 } else {
-                    next_refresh
-                        .min(next_scan)
-                        .min(next_checkpoint)
+                    let mut until = next_refresh.min(next_scan).min(next_checkpoint);
+                    if rescan_wanted {
+                        until = until.min(last_scan + MIN_RESCAN_GAP);
+                    }
+                    until
                         .saturating_duration_since(Instant::now())
                         .min(Duration::from_millis(250))
                 };

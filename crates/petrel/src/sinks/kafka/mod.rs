@@ -9,20 +9,18 @@
 //! Producers are shared by every sink with the same settings, so many
 //! pipelines writing to one cluster do not each start librdkafka threads.
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+mod producer;
 
-use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::Instant;
+
 use petrel_core::config::Map;
 use petrel_core::encode::{encode_batch, Encoding};
 use petrel_core::plugin::{BoxFuture, Encoded, Payload, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
-use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 
+use self::producer::{client_config, Routes, SharedProducer};
 use super::congestion::{Backoff, Window};
 use super::template::Template;
 
@@ -40,7 +38,16 @@ pub const KEYS: &[&str] = &[
     "batch",
     "librdkafka",
     "max_in_flight_batches",
+    "max_buffered_bytes",
 ];
+
+/// Default of `max_buffered_bytes`: a few librdkafka batches (`batch.size`
+/// 1 MB), enough to keep several partitions busy; see
+/// [`SharedProducer::get`] for why it is not larger.
+const DEFAULT_BUFFERED_BYTES: u64 = 4 << 20;
+
+/// Default of `batch.linger_ms`.
+const DEFAULT_LINGER_MS: u64 = 50;
 
 const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
 const ACKS: &[&str] = &["all", "1", "0"];
@@ -62,6 +69,8 @@ pub struct KafkaSinkConfig {
     pub client: Vec<(String, String)>,
     /// Upper bound of the congestion window, in batches.
     pub max_in_flight: usize,
+    /// Bytes handed to librdkafka before their delivery reports, at most.
+    pub max_buffered_bytes: usize,
 }
 
 impl KafkaSinkConfig {
@@ -101,18 +110,22 @@ impl KafkaSinkConfig {
             // librdkafka copies every message; bound that copy.
             ("queue.buffering.max.kbytes".into(), "32768".into()),
         ];
+        // Longer than a produce round trip under load, so that librdkafka's
+        // idempotent producer does not busy-poll (see
+        // `SharedProducer::get`); a full batch (`batch.size`) is sent at
+        // once, so the linger only delays the tail of a burst.
+        let mut linger = DEFAULT_LINGER_MS;
         if let Some(b) = map.get("batch") {
             if let Some(bm) = b.as_map(&["max_bytes", "linger_ms"]) {
                 if let Some(v) = bm.u64("max_bytes", true) {
                     client.push(("batch.size".into(), v.to_string()));
                 }
                 if let Some(v) = bm.u64("linger_ms", false) {
-                    client.push(("linger.ms".into(), v.to_string()));
+                    linger = v;
                 }
             }
-        } else {
-            client.push(("linger.ms".into(), "5".into()));
         }
+        client.push(("linger.ms".into(), linger.to_string()));
         if let Some(n) = map.get("librdkafka") {
             if let Some(m) = n.as_map_quiet() {
                 for (k, v) in m.entries() {
@@ -126,9 +139,7 @@ impl KafkaSinkConfig {
         }
         // librdkafka checks its own settings; report a bad one here, at its
         // position, rather than at start.
-        if let Err(e) =
-            client_config(&client).create_with_context::<_, Producer>(QuietContext::default())
-        {
+        if let Err(e) = client_config(&client).create_native_config() {
             map.node()
                 .error(format!("Kafka client settings rejected: {e}"));
             return None;
@@ -144,84 +155,12 @@ impl KafkaSinkConfig {
                 .u64("max_in_flight_batches", false)
                 .unwrap_or(64)
                 .clamp(1, 4096) as usize,
+            max_buffered_bytes: map
+                .u64("max_buffered_bytes", true)
+                .unwrap_or(DEFAULT_BUFFERED_BYTES)
+                .clamp(64 << 10, u32::MAX as u64) as usize,
         })
     }
-}
-
-fn client_config(pairs: &[(String, String)]) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    for (k, v) in pairs {
-        c.set(k, v);
-    }
-    c
-}
-
-/// librdkafka reports a broker outage as a stream of client errors, several
-/// a second; the sink's own retry warnings already say what matters. This
-/// context logs each kind of client error at most once per 30 s.
-#[derive(Default)]
-pub struct QuietContext {
-    last: Mutex<HashMap<String, Instant>>,
-}
-
-impl rdkafka::ClientContext for QuietContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        use rdkafka::config::RDKafkaLogLevel as L;
-        // Connection failures also arrive through `error`, rate limited
-        // there; librdkafka's own log is for debugging.
-        match level {
-            L::Emerg | L::Alert | L::Critical => tracing::error!(fac, "librdkafka: {log_message}"),
-            _ => tracing::debug!(fac, "librdkafka: {log_message}"),
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        let kind = format!("{:?}", error.rdkafka_error_code());
-        let mut last = self.last.lock();
-        let now = Instant::now();
-        if last
-            .get(&kind)
-            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
-        {
-            return;
-        }
-        last.insert(kind, now);
-        tracing::warn!(error = %error, reason, "kafka client error (repeats are logged every 30 s)");
-    }
-}
-
-/// The producer type of the sink.
-type Producer = FutureProducer<QuietContext>;
-
-/// Producers shared by sinks with identical settings.
-fn shared_producer(pairs: &[(String, String)]) -> anyhow::Result<Producer> {
-    static PRODUCERS: OnceLock<Mutex<HashMap<String, Producer>>> = OnceLock::new();
-    let mut sorted = pairs.to_vec();
-    sorted.sort();
-    let key = sorted
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut map = PRODUCERS.get_or_init(Default::default).lock();
-    if let Some(p) = map.get(&key) {
-        return Ok(p.clone());
-    }
-    let p: Producer = client_config(pairs).create_with_context(QuietContext::default())?;
-    map.insert(key, p.clone());
-    Ok(p)
-}
-
-/// Per-record routing computed on the processing pool.
-struct Routes {
-    /// Index into `topics` per record.
-    topic_of: Vec<u16>,
-    /// Distinct topics of this payload.
-    topics: Vec<String>,
-    /// Key bytes, back to back, and each record's range in them (none when
-    /// the record has no key or no key field is configured).
-    keys: Vec<u8>,
-    key_ranges: Vec<Option<(u32, u32)>>,
 }
 
 /// The running Kafka sink.
@@ -230,7 +169,7 @@ pub struct KafkaSink {
     topic: Template,
     fallback_topic: String,
     key_field: Option<String>,
-    producer: Producer,
+    producer: Arc<SharedProducer>,
     max_in_flight: usize,
     metrics: ComponentMetrics,
     fallback: Counter,
@@ -244,7 +183,7 @@ impl KafkaSink {
             topic: c.topic.clone(),
             fallback_topic: c.fallback_topic.clone(),
             key_field: c.key_field.clone(),
-            producer: shared_producer(&c.client)?,
+            producer: SharedProducer::get(&c.client, c.max_buffered_bytes)?,
             max_in_flight: c.max_in_flight,
             fallback: metrics.error_counter("topic_field_missing"),
             metrics,
@@ -337,8 +276,16 @@ impl KafkaSink {
     /// good), then acknowledges the payload.
     async fn deliver(&self, p: Payload, window: &Window, dm: &DeliveryMetrics) {
         let started = Instant::now();
-        let Some(routes) = p
-            .data
+        let Payload {
+            data,
+            events,
+            ack,
+            charge,
+            ..
+        } = p;
+        // Shared with librdkafka's in-flight messages, which point into it.
+        let data = Arc::new(data);
+        let Some(routes) = data
             .attachment
             .as_ref()
             .and_then(|a| a.downcast_ref::<Routes>())
@@ -346,86 +293,29 @@ impl KafkaSink {
             tracing::error!("kafka sink: payload without routing; not acknowledged");
             return;
         };
-        let data = &p.data;
-        let mut pending: Vec<usize> = (0..data.record_ends.len()).collect();
+        let mut pending: Vec<u32> = (0..data.record_ends.len() as u32).collect();
         let mut backoff = Backoff::default();
         let mut rejected = 0u64;
         let failed_counter = self.metrics.error_counter("delivery_failed");
         loop {
-            let mut waits = Vec::with_capacity(pending.len());
-            let mut failed = Vec::new();
-            for &i in &pending {
-                let start = if i == 0 {
-                    0
-                } else {
-                    data.record_ends[i - 1] as usize
-                };
-                let end = data.record_ends[i] as usize;
-                let value = &data.bytes[start..end.saturating_sub(1).max(start)];
-                let topic = &routes.topics[routes.topic_of[i] as usize];
-                let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).payload(value);
-                if let Some(Some((ks, ke))) = routes.key_ranges.get(i) {
-                    rec = rec.key(&routes.keys[*ks as usize..*ke as usize]);
-                }
-                loop {
-                    match self.producer.send_result(rec) {
-                        Ok(f) => {
-                            waits.push((i, f));
-                            break;
-                        }
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                            // librdkafka's queue is full: let it drain.
-                            rec = r;
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                        }
-                        Err((
-                            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
-                            _,
-                        )) => {
-                            rejected += 1;
-                            break;
-                        }
-                        Err((e, _)) => {
-                            tracing::warn!(error = %e, "kafka produce failed; will retry");
-                            failed.push(i);
-                            break;
-                        }
-                    }
-                }
-            }
-            for (i, f) in waits {
-                match f.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err((
-                        KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
-                        _,
-                    ))) => {
-                        rejected += 1;
-                    }
-                    Ok(Err((e, _))) => {
-                        if failed.is_empty() {
-                            tracing::warn!(error = %e, "kafka delivery failed; will retry");
-                        }
-                        failed.push(i);
-                    }
-                    Err(_) => failed.push(i),
-                }
-            }
-            if failed.is_empty() {
+            let outcome = self.producer.produce(&data, routes, &pending).await;
+            rejected += outcome.rejected;
+            if outcome.failed.is_empty() {
                 break;
             }
-            failed_counter.inc_by(failed.len() as u64);
-            dm.retried_events.inc_by(failed.len() as u64);
+            let n = outcome.failed.len() as u64;
+            failed_counter.inc_by(n);
+            dm.retried_events.inc_by(n);
             window.on_failure();
             let d = backoff.next_delay();
             tracing::warn!(
-                records = failed.len(),
+                records = n,
+                error = %outcome.first_error.map(|e| e.to_string()).unwrap_or_default(),
                 retry_in_ms = d.as_millis() as u64,
-                "kafka: retrying undelivered messages"
+                "kafka: delivery failed; retrying"
             );
             tokio::time::sleep(d).await;
-            failed.sort_unstable();
-            pending = failed;
+            pending = outcome.failed;
         }
         if rejected > 0 {
             tracing::error!(
@@ -438,8 +328,9 @@ impl KafkaSink {
         dm.latency.observe(started.elapsed().as_secs_f64());
         self.metrics
             .sent_events
-            .inc_by(p.events - rejected.min(p.events));
-        self.metrics.sent_bytes.inc_by(p.data.bytes.len() as u64);
-        p.ack.ack();
+            .inc_by(events - rejected.min(events));
+        self.metrics.sent_bytes.inc_by(data.bytes.len() as u64);
+        ack.ack();
+        drop(charge);
     }
 }

@@ -72,6 +72,10 @@ def write_pipeline(path, log_file, sink, read_from, parse=None):
         sink_yaml = "  - type: blackhole\n"
     elif sink in ("text", "ndjson"):
         sink_yaml = f"  - type: file\n    path: /dev/null\n    encoding: {sink}\n"
+    elif sink.startswith("kafka:"):
+        # kafka:HOST:PORT, a broker started by bench/pipelines.sh.
+        sink_yaml = (f"  - type: kafka\n    brokers: [{json.dumps(sink[len('kafka:'):])}]\n"
+                     "    topic: bench-rate\n    encoding: ndjson\n")
     else:
         fail(f"unknown sink variant {sink!r}")
     spec = {}
@@ -572,7 +576,8 @@ def main():
     r.add_argument("--rate", required=True, help="bytes per second, e.g. 10MB")
     r.add_argument("--duration", type=int, default=60)
     r.add_argument("--format", default="single128")
-    r.add_argument("--sink", default="text", choices=["blackhole", "text", "ndjson"])
+    r.add_argument("--sink", default="text",
+                   help="blackhole, text, ndjson (file sink on /dev/null) or kafka:HOST:PORT (ndjson)")
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--memory-limit", help="petrel's --memory-limit (default: petrel's default)")

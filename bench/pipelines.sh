@@ -10,7 +10,8 @@
 #   bench/pipelines.sh kafka       # single128 and json512 into a Kafka broker
 #                                  # on this host (KRaft, single node, from
 #                                  # the jars of scripts/fetch-kafka.sh), next
-#                                  # to the same data into the file sink
+#                                  # to the same data into the file sink,
+#                                  # then both at 10 MB/s (BENCH_RATE=0: skip)
 #
 # Each row: MB/s, events/s, agent CPU seconds per GB, peak RSS, and the
 # ratio to the host's raw limit (`wc -l` on the same file, best of 3).
@@ -132,6 +133,33 @@ print(f"| {ds} | {label} | {th} | {b/w/1e6:.0f} | {l/w:.0f} | {cpu/(b/1e9):.2f} 
 EOPY
 }
 
+# The same 10 MB/s of single128 (`petrel gen --rate`, one append per 10 ms)
+# into the file sink and into Kafka, for RATE_DURATION s each (default 30):
+# the agent's share of one core when the broker keeps up.
+rate_rows() {
+  [[ "${BENCH_RATE:-1}" == 1 ]] || return 0
+  echo
+  echo "Fixed rate, single128 written by \`petrel gen --rate\` for ${RATE_DURATION:-30} s, ndjson:"
+  echo
+  echo "| rate | sink | CPU % of one core | VmHWM MB | all lines arrived |"
+  echo "|---|---|---:|---:|---|"
+  local r sink
+  for r in ${RATE_RATES:-10MB}; do
+    for sink in ndjson "kafka:127.0.0.1:$PORT"; do
+      python3 "$ROOT/bench/petrel_bench.py" rate --bin "$BIN" --rate "$r" --duration "${RATE_DURATION:-30}" \
+        --format single128 --sink "$sink" --threads 1 --workdir "$WORK/rate-$r-${sink%%:*}" --quiet-wait 0 \
+        > "$WORK/rate.json" || { echo "bench/pipelines.sh: rate run $r $sink failed" >&2; exit 1; }
+      python3 - "$WORK/rate.json" "$r" "${sink%%:*}" <<'EOPY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+cpu = d.get("cpu_exact_pct") or d["cpu_pct"]
+sink = "file ndjson" if sys.argv[3] == "ndjson" else "kafka ndjson"
+print(f"| {sys.argv[2][:-2]} MB/s | {sink} | {cpu:.2f} | {d['hwm_kb']/1024:.1f} | {'yes' if d['arrived'] else 'NO'} |")
+EOPY
+    done
+  done
+}
+
 header() {
   echo "| data set | pipeline | threads | MB/s | events/s | CPU s per GB | peak RSS MB | wc -l MB/s | ratio to wc -l |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -177,7 +205,7 @@ kafka)
     echo "BENCH_SIZE=$SIZE, --threads 1, broker on this host (Kafka 3.9.1, KRaft, 3 partitions). One Kafka message per event, acks=all, idempotent producer."
     echo
     header
-    for ds in single128 json512; do
+    for ds in ${BENCH_DATASETS:-single128 json512}; do
       run "$ds" "$NDJSON" "file ndjson"
       for c in none lz4; do
         run "$ds" "  - type: kafka
@@ -188,6 +216,7 @@ kafka)
     $BENCH_KAFKA_EXTRA}" "kafka ndjson $c"
       done
     done
+    rate_rows
   }
   ;;
 *) echo "usage: bench/pipelines.sh processors|kafka" >&2; exit 2 ;;

@@ -736,3 +736,62 @@ fn partial_last_line_is_emitted_after_timeout() {
         }
     });
 }
+
+/// A file rotated to a name outside the include pattern while the agent was
+/// down, with lines it had not read yet: on restart they are read from the
+/// checkpointed offset, next to the new file.
+#[test]
+fn file_rotated_while_down_is_finished_on_restart() {
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let app = logs.join("app.log");
+    let data = dir.path().join("data");
+    let out = dir.path().join("out").join("out.log");
+    let cfg = write_config(
+        dir.path(),
+        "down",
+        &simple_config(&app.to_string_lossy(), &out, ""),
+    );
+    let text = |r: std::ops::Range<usize>| r.map(numbered).collect::<String>();
+    append(&app, text(0..1000).as_bytes());
+    let size = std::fs::metadata(&app).unwrap().len();
+
+    let mut agent = Agent::start(&cfg, &data);
+    wait_for(
+        LONG,
+        "the first 1000 lines committed",
+        || match checkpoint_offset(&data, &app) {
+            Some(o) if o == size => Ok(()),
+            o => Err(format!("committed offset {o:?} of {size}")),
+        },
+    );
+    agent.stop();
+
+    // While the agent is down: the application logs more, then rotates.
+    append(&app, text(1000..1500).as_bytes());
+    std::fs::rename(&app, logs.join("app.log.1")).unwrap();
+    append(&app, text(1500..1800).as_bytes());
+
+    let mut agent = Agent::start(&cfg, &data);
+    let (seen, bad) = wait_for(LONG, "all 1800 lines in the output", || {
+        let (seen, bad) = tally(&out);
+        match seen.len() {
+            1800 => Ok((seen, bad)),
+            n => Err(format!("{n} distinct lines")),
+        }
+    });
+    agent.stop();
+    assert!(bad.is_empty(), "corrupt lines: {bad:?}");
+    let dups: Vec<_> = seen.iter().filter(|(_, &c)| c > 1).collect();
+    assert!(
+        dups.is_empty(),
+        "a clean stop leaves no duplicates: {dups:?}"
+    );
+    assert!(
+        agent
+            .stderr()
+            .contains("finishing a file rotated away while the agent was down"),
+        "the resumed file is logged"
+    );
+}

@@ -240,6 +240,9 @@ impl Input {
                 }
             }
             let now = Instant::now();
+            if first {
+                resume_unmatched(src, &saved, &present, now);
+            }
             for r in src.readers.values_mut() {
                 if !present.contains_key(&r.id) && r.detached_since.is_none() {
                     tracing::debug!(path = %r.path.display(), "file left the matched paths (rotated or deleted); reading it to its end");
@@ -452,6 +455,75 @@ impl Input {
         self.update_gauges();
         tracing::info!(path = %self.store.path().display(), "final checkpoint written");
     }
+}
+
+/// Files the checkpoint still has unread data of but that no include
+/// pattern matches any more: rotated to a name outside the globs while the
+/// agent was down (`app.log` → `app.log.1`). Each is looked up at its last
+/// known path, then by identity in that directory, and read to its end
+/// like any rotated file. One that is gone is reported, since its unread
+/// tail is lost.
+fn resume_unmatched(
+    src: &mut SourceState,
+    saved: &HashMap<FileId, Entry>,
+    present: &HashMap<FileId, &Found>,
+    now: Instant,
+) {
+    let mut dirs: HashMap<PathBuf, Vec<(FileId, PathBuf)>> = HashMap::new();
+    for (id, e) in saved {
+        if present.contains_key(id) || src.readers.contains_key(id) {
+            continue;
+        }
+        let last = PathBuf::from(&e.path);
+        let at_last = std::fs::metadata(&last)
+            .ok()
+            .filter(|m| FileId::of(m) == *id)
+            .map(|_| last.clone());
+        let path = at_last.or_else(|| {
+            let dir = last.parent()?.to_path_buf();
+            dirs.entry(dir.clone())
+                .or_insert_with(|| files_in(&dir))
+                .iter()
+                .find(|(i, _)| i == id)
+                .map(|(_, p)| p.clone())
+        });
+        let Some(path) = path else {
+            tracing::warn!(path = %e.path, offset = e.offset,
+                "a checkpointed file is gone: anything written to it after this offset was not read");
+            continue;
+        };
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if e.offset >= size {
+            continue;
+        }
+        let found = Found { path, id: *id };
+        match open_reader(&src.spec, &found, saved, false) {
+            // Only where the checkpoint's fingerprint still matches: an
+            // inode reused by an unrelated file would be read from 0.
+            Some(mut r) if r.read_offset() == e.offset => {
+                tracing::info!(path = %found.path.display(), offset = e.offset,
+                    "finishing a file rotated away while the agent was down");
+                r.detached_since = Some(now);
+                r.dirty = true;
+                src.readers.insert(*id, r);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Regular files directly in `dir`, with their identities (bounded).
+fn files_in(dir: &std::path::Path) -> Vec<(FileId, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .take(100_000)
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| (FileId::of(&m), e.path()))
+        })
+        .collect()
 }
 
 fn open_reader(

@@ -115,6 +115,17 @@ fn million_lines_across_rotations() {
         dups, 0,
         "no restart or failure happened, so no duplicates are expected"
     );
+    // Key-less batches go to the partitions in turn (the broker creates
+    // topics with 3).
+    let mut per_partition: HashMap<i32, usize> = HashMap::new();
+    for m in &msgs {
+        *per_partition.entry(m.partition).or_default() += 1;
+    }
+    assert_eq!(
+        per_partition.len(),
+        3,
+        "key-less messages use every partition: {per_partition:?}"
+    );
 }
 
 /// The broker is stopped for 30 s in the middle of the stream: the agent

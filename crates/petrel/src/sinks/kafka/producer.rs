@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -203,8 +203,16 @@ impl ProducerContext for Context {
     }
 }
 
-/// A librdkafka topic handle.
-struct Topic(NonNull<rd::rd_kafka_topic_t>);
+/// A librdkafka topic handle, with what the sink knows of its partitions.
+struct Topic {
+    raw: NonNull<rd::rd_kafka_topic_t>,
+    /// Partition count from the last metadata fetch; 0 while unknown.
+    partitions: AtomicU32,
+    /// Round-robin position for key-less batches.
+    next: AtomicU32,
+    /// When partitions were last asked for (fetches run in the background).
+    asked: Mutex<Option<Instant>>,
+}
 
 // SAFETY: librdkafka topic handles are thread-safe and reference counted.
 unsafe impl Send for Topic {}
@@ -214,13 +222,50 @@ impl Drop for Topic {
     fn drop(&mut self) {
         // SAFETY: created by rd_kafka_topic_new, destroyed once; messages
         // in flight hold their own references to the topic.
-        unsafe { rd::rd_kafka_topic_destroy(self.0.as_ptr()) }
+        unsafe { rd::rd_kafka_topic_destroy(self.raw.as_ptr()) }
     }
 }
 
 /// Topic handles kept per producer; templated topics could name many, so
 /// the cache is emptied when it grows past this.
 const MAX_TOPIC_HANDLES: usize = 4096;
+
+/// How often a topic's partition count is fetched again (partitions can be
+/// added to a topic).
+const PARTITIONS_REFRESH: Duration = Duration::from_secs(60);
+
+impl Topic {
+    /// The partition for a batch of key-less messages: the next one in
+    /// turn, or librdkafka's partitioner while the count is unknown.
+    ///
+    /// librdkafka's partitioner runs per message (a topic lock, partition
+    /// lookups, the sticky state): about a third of the sink thread's time
+    /// on 128-byte events. A whole batch to one partition, partitions in
+    /// turn, spreads load like its sticky partitioner does, for one lookup.
+    fn partition_for_batch(&self) -> i32 {
+        match self.partitions.load(Ordering::Relaxed) {
+            0 => PARTITION_UA,
+            n => (self.next.fetch_add(1, Ordering::Relaxed) % n) as i32,
+        }
+    }
+
+    /// True when the partition count should be fetched (and marks it
+    /// asked for).
+    fn wants_partitions(&self) -> bool {
+        let mut asked = self.asked.lock();
+        // A topic that does not exist yet (created by the first produce)
+        // has no partitions in its first answer: ask again soon.
+        let every = match self.partitions.load(Ordering::Relaxed) {
+            0 => Duration::from_secs(1),
+            _ => PARTITIONS_REFRESH,
+        };
+        let due = asked.is_none_or(|t| t.elapsed() >= every);
+        if due {
+            *asked = Some(Instant::now());
+        }
+        due
+    }
+}
 
 /// A producer shared by every sink with the same client settings, so many
 /// pipelines writing to one cluster do not each start librdkafka threads.
@@ -293,9 +338,14 @@ impl SharedProducer {
                 std::ptr::null_mut(),
             )
         };
-        let t = Arc::new(Topic(NonNull::new(raw).ok_or(
-            KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic),
-        )?));
+        let t = Arc::new(Topic {
+            raw: NonNull::new(raw).ok_or(KafkaError::MessageProduction(
+                RDKafkaErrorCode::InvalidTopic,
+            ))?,
+            partitions: AtomicU32::new(0),
+            next: AtomicU32::new(0),
+            asked: Mutex::new(None),
+        });
         if topics.len() >= MAX_TOPIC_HANDLES {
             topics.clear();
         }
@@ -303,9 +353,39 @@ impl SharedProducer {
         Ok(t)
     }
 
+    /// Fetches the partition count of `topic` on the blocking pool (a
+    /// metadata request must not stall the sink runtime).
+    fn fetch_partitions(self: &Arc<Self>, name: &str, topic: &Arc<Topic>) {
+        let (this, name, topic) = (self.clone(), name.to_string(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let md = this
+                .inner
+                .client()
+                .fetch_metadata(Some(&name), Duration::from_secs(10));
+            match md {
+                Ok(md) => {
+                    let n = md
+                        .topics()
+                        .iter()
+                        .find(|t| t.name() == name && t.error().is_none())
+                        .map_or(0, |t| t.partitions().len());
+                    topic.partitions.store(n as u32, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %name, error = %e, "kafka: partition count unknown; librdkafka partitions for now");
+                }
+            }
+        });
+    }
+
     /// Produces `records` of `data` (one message per record, routed by
     /// `routes`) and waits until each has a delivery report.
-    pub async fn produce(&self, data: &Arc<Encoded>, routes: &Routes, records: &[u32]) -> Outcome {
+    pub async fn produce(
+        self: &Arc<Self>,
+        data: &Arc<Encoded>,
+        routes: &Routes,
+        records: &[u32],
+    ) -> Outcome {
         let bytes: usize = records
             .iter()
             .map(|&i| record_range(data, i as usize).len())
@@ -365,7 +445,7 @@ impl SharedProducer {
     /// `rd_kafka_produce_batch` call per topic. Returns the slots refused
     /// because librdkafka's queue is full; other refusals are recorded in
     /// the attempt.
-    fn enqueue(&self, attempt: &Attempt, routes: &Routes, todo: &[u32]) -> Vec<u32> {
+    fn enqueue(self: &Arc<Self>, attempt: &Attempt, routes: &Routes, todo: &[u32]) -> Vec<u32> {
         let data = &attempt.data;
         let mut queue_full = Vec::new();
         let mut by_topic: Vec<Vec<u32>> = vec![Vec::new(); routes.topics.len()];
@@ -393,6 +473,15 @@ impl SharedProducer {
                     continue;
                 }
             };
+            // Keyed messages need librdkafka's key hash per message.
+            let partition = if routes.key_ranges.is_empty() {
+                if topic.wants_partitions() {
+                    self.fetch_partitions(&routes.topics[t], &topic);
+                }
+                topic.partition_for_batch()
+            } else {
+                PARTITION_UA
+            };
             let mut msgs: Vec<rd::rd_kafka_message_t> = slots
                 .iter()
                 .map(|&s| {
@@ -409,7 +498,7 @@ impl SharedProducer {
                     rd::rd_kafka_message_t {
                         err: rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
                         rkt: std::ptr::null_mut(),
-                        partition: PARTITION_UA,
+                        partition,
                         payload: data.bytes[value.start..].as_ptr() as *mut c_void,
                         len: value.len(),
                         key,
@@ -428,8 +517,8 @@ impl SharedProducer {
             // copied by librdkafka during the call.
             unsafe {
                 rd::rd_kafka_produce_batch(
-                    topic.0.as_ptr(),
-                    PARTITION_UA,
+                    topic.raw.as_ptr(),
+                    partition,
                     0,
                     msgs.as_mut_ptr(),
                     msgs.len() as i32,

@@ -91,7 +91,9 @@ for _ in range(3):
 print(best)
 EOPY
 )
-  local dir="$WORK/run-$ds-$label"; mkdir -p "$dir"
+  # One data directory per run: a checkpoint left by an earlier run of the
+  # same pipeline would make this one start at the end of the file.
+  local dir="$WORK/run-$ds-${label// /_}-t$threads"; mkdir -p "$dir"
   printf 'sources:\n  - type: file\n    include: ["%s"]\n    read_from: beginning\n%s\nsinks:\n%s\n' "$data" "$extra" "$sink" > "$dir/p.yaml"
   local t0; t0=$(date +%s.%N)
   "$BIN" run --config "$dir/p.yaml" --data-dir "$dir/data" --threads "$threads" --api-addr 127.0.0.1:0 > /dev/null 2> "$dir/err" &

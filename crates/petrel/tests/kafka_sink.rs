@@ -407,3 +407,79 @@ fn every_compression_codec() {
         assert_eq!(seen.len(), N, "codec {c}: {} distinct of {N}", seen.len());
     }
 }
+
+/// Events larger than Kafka accepts are counted as discarded, with an error
+/// naming the limit; the others are delivered, and the file is committed to
+/// its end (an oversized event does not hold the pipeline back).
+#[test]
+fn oversized_messages_are_counted_not_stuck() {
+    const N: usize = 300;
+    let broker = Broker::start();
+    let dir = tempdir();
+    let app = dir.path().join("big.log");
+    let mut text = String::new();
+    let mut small = Vec::new();
+    let mut big = 0;
+    for i in 0..N {
+        if i % 30 == 29 {
+            text.push_str(&"x".repeat(5000));
+            text.push('\n');
+            big += 1;
+        } else {
+            text.push_str(&numbered_line(i));
+            small.push(i);
+        }
+    }
+    std::fs::write(&app, &text).unwrap();
+    let size = text.len() as u64;
+    let cfg = write_config(
+        dir.path(),
+        "big",
+        &kafka_config(
+            &app.display().to_string(),
+            &broker.bootstrap(),
+            "big",
+            // librdkafka refuses messages above its own limit before
+            // sending, as the broker would above its own.
+            "    librdkafka: { message.max.bytes: \"2000\" }\n",
+        ),
+    );
+    let data = dir.path().join("data");
+    let agent = Agent::start(&cfg, &data);
+    let msgs = consume(
+        &broker.bootstrap(),
+        &["big"],
+        small.len(),
+        Duration::from_secs(2),
+        Duration::from_secs(120),
+    );
+    let counts = value_counts(&msgs);
+    for i in &small {
+        let l = numbered_line(*i);
+        assert!(
+            counts.contains_key(l.trim_end().as_bytes()),
+            "line {i} delivered"
+        );
+    }
+    assert!(
+        msgs.iter().all(|m| m.value.len() < 2000),
+        "no oversized message reached the topic"
+    );
+    wait_for(
+        MEDIUM,
+        "the file committed to its end",
+        || match checkpoint_offset(&data, &app) {
+            Some(o) if o == size => Ok(()),
+            o => Err(format!("committed {o:?} of {size}")),
+        },
+    );
+    let discarded = agent.metric_or_zero(
+        "petrel_component_discarded_events_total",
+        &[("reason", "message_too_large")],
+    );
+    assert_eq!(discarded, big as f64, "oversized events counted");
+    assert!(
+        agent.stderr().contains("message.max.bytes"),
+        "the error names the limit"
+    );
+}

@@ -395,7 +395,13 @@ impl SharedProducer {
         match self.budget.acquire_many(permits).await {
             // Given back by the attempt's last delivery report.
             Ok(p) => p.forget(),
-            Err(_) => return Outcome::default(),
+            // The budget is never closed; if it were, nothing was sent.
+            Err(_) => {
+                return Outcome {
+                    failed: records.to_vec(),
+                    ..Outcome::default()
+                }
+            }
         }
         let attempt = Arc::new_cyclic(|weak| Attempt {
             data: data.clone(),

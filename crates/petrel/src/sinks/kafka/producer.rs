@@ -274,6 +274,9 @@ pub struct SharedProducer {
     /// `buffered_bytes` (see [`SharedProducer::get`]).
     budget: Arc<Semaphore>,
     budget_bytes: usize,
+    /// One metadata fetch at a time: during an outage each waits its full
+    /// timeout on the blocking pool, which the file sinks share.
+    fetching: Arc<std::sync::atomic::AtomicBool>,
     // Declared before `inner`: topic handles go before the client.
     topics: Mutex<HashMap<String, Arc<Topic>>>,
     inner: ThreadedProducer<Context>,
@@ -315,6 +318,7 @@ impl SharedProducer {
         let p = Arc::new(SharedProducer {
             budget: Arc::new(Semaphore::new(budget_bytes)),
             budget_bytes,
+            fetching: Arc::default(),
             topics: Mutex::new(HashMap::new()),
             inner,
         });
@@ -356,8 +360,17 @@ impl SharedProducer {
     /// Fetches the partition count of `topic` on the blocking pool (a
     /// metadata request must not stall the sink runtime).
     fn fetch_partitions(self: &Arc<Self>, name: &str, topic: &Arc<Topic>) {
+        if self
+            .fetching
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            // Asked again after its refresh period.
+            return;
+        }
         let (this, name, topic) = (self.clone(), name.to_string(), topic.clone());
         tokio::task::spawn_blocking(move || {
+            let _done = ClearOnDrop(this.fetching.clone());
             let md = this
                 .inner
                 .client()
@@ -561,6 +574,15 @@ fn record_range(data: &Encoded, i: usize) -> std::ops::Range<usize> {
     };
     let end = (data.record_ends[i] as usize).saturating_sub(1).max(start);
     start..end
+}
+
+/// Clears a flag when dropped (also if the task unwinds).
+struct ClearOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// librdkafka settings from key/value pairs.

@@ -206,8 +206,9 @@ impl ProducerContext for Context {
 /// A librdkafka topic handle, with what the sink knows of its partitions.
 struct Topic {
     raw: NonNull<rd::rd_kafka_topic_t>,
-    /// Partition count from the last metadata fetch; 0 while unknown.
-    partitions: AtomicU32,
+    /// Partitions with a leader at the last metadata fetch; empty while
+    /// unknown.
+    partitions: Mutex<Vec<i32>>,
     /// Round-robin position for key-less batches.
     next: AtomicU32,
     /// When partitions were last asked for (fetches run in the background).
@@ -243,9 +244,10 @@ impl Topic {
     /// on 128-byte events. A whole batch to one partition, partitions in
     /// turn, spreads load like its sticky partitioner does, for one lookup.
     fn partition_for_batch(&self) -> i32 {
-        match self.partitions.load(Ordering::Relaxed) {
+        let parts = self.partitions.lock();
+        match parts.len() {
             0 => PARTITION_UA,
-            n => (self.next.fetch_add(1, Ordering::Relaxed) % n) as i32,
+            n => parts[self.next.fetch_add(1, Ordering::Relaxed) as usize % n],
         }
     }
 
@@ -255,9 +257,9 @@ impl Topic {
         let mut asked = self.asked.lock();
         // A topic that does not exist yet (created by the first produce)
         // has no partitions in its first answer: ask again soon.
-        let every = match self.partitions.load(Ordering::Relaxed) {
-            0 => Duration::from_secs(1),
-            _ => PARTITIONS_REFRESH,
+        let every = match self.partitions.lock().is_empty() {
+            true => Duration::from_secs(1),
+            false => PARTITIONS_REFRESH,
         };
         let due = asked.is_none_or(|t| t.elapsed() >= every);
         if due {
@@ -346,7 +348,7 @@ impl SharedProducer {
             raw: NonNull::new(raw).ok_or(KafkaError::MessageProduction(
                 RDKafkaErrorCode::InvalidTopic,
             ))?,
-            partitions: AtomicU32::new(0),
+            partitions: Mutex::new(Vec::new()),
             next: AtomicU32::new(0),
             asked: Mutex::new(None),
         });
@@ -377,12 +379,21 @@ impl SharedProducer {
                 .fetch_metadata(Some(&name), Duration::from_secs(10));
             match md {
                 Ok(md) => {
-                    let n = md
+                    // Partitions without a leader (their broker is down)
+                    // are left out, as librdkafka's partitioner does.
+                    let parts: Vec<i32> = md
                         .topics()
                         .iter()
                         .find(|t| t.name() == name && t.error().is_none())
-                        .map_or(0, |t| t.partitions().len());
-                    topic.partitions.store(n as u32, Ordering::Relaxed);
+                        .map(|t| {
+                            t.partitions()
+                                .iter()
+                                .filter(|p| p.leader() >= 0 && p.error().is_none())
+                                .map(|p| p.id())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    *topic.partitions.lock() = parts;
                 }
                 Err(e) => {
                     tracing::debug!(topic = %name, error = %e, "kafka: partition count unknown; librdkafka partitions for now");
@@ -453,6 +464,16 @@ impl SharedProducer {
         }
         let (mut failed, first_error) = std::mem::take(&mut *attempt.failed.lock());
         failed.sort_unstable();
+        if !failed.is_empty() {
+            // A partition may have lost its leader: ask again before the
+            // retry picks partitions.
+            let topics = self.topics.lock();
+            for name in &routes.topics {
+                if let Some(t) = topics.get(name) {
+                    *t.asked.lock() = None;
+                }
+            }
+        }
         Outcome {
             failed,
             rejected: attempt.rejected.load(Ordering::Relaxed),

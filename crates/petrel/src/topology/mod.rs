@@ -34,6 +34,14 @@ pub struct RunOptions {
 /// many pipelines each can still keep a couple of read blocks in flight.
 const MIN_PIPELINE_BUDGET: usize = 512 << 10;
 
+/// How long the file input, once caught up, lets new writes accumulate
+/// after inotify woke it. Every read costs a hand-off through each stage
+/// (processing pool, sink, acknowledgement, checkpoint); loggers that write
+/// every few milliseconds or every line made that the dominant cost at low
+/// rates. Data arriving while the input is still catching up is read at
+/// once.
+const IDLE_READ_DELAY: Duration = Duration::from_millis(50);
+
 /// Globs matching the files this agent writes itself. A file source whose
 /// include pattern also matches a file sink's output would read its own
 /// output forever, growing it without end; such files are always excluded.
@@ -153,6 +161,7 @@ impl Topology {
                 deleted_file_timeout: Duration::from_secs(60),
                 rotated_file_idle: Duration::from_secs(5),
                 shutdown_timeout: opts.shutdown_timeout,
+                idle_read_delay: IDLE_READ_DELAY,
             },
             metrics.clone(),
         )?;

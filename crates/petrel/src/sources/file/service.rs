@@ -64,6 +64,9 @@ pub struct ServiceOptions {
     pub rotated_file_idle: Duration,
     /// Upper bound on waiting for in-flight data at shutdown.
     pub shutdown_timeout: Duration,
+    /// Once every file is read to its end, how long to let new writes
+    /// accumulate after being woken before reading them.
+    pub idle_read_delay: Duration,
 }
 
 /// The running input thread.
@@ -193,7 +196,16 @@ impl Input {
                         .saturating_duration_since(Instant::now())
                         .min(Duration::from_millis(250))
                 };
+                let slept = Instant::now();
                 self.wait(wait);
+                if !paused && slept.elapsed() < wait {
+                    // Woken by a write after catching up. A logger that
+                    // writes every few milliseconds (or every line) would
+                    // otherwise cost a read, a batch and a hand-off through
+                    // every stage per write; waiting a little reads those
+                    // writes together.
+                    std::thread::sleep(self.opts.idle_read_delay);
+                }
             }
         }
         self.drain();

@@ -19,7 +19,8 @@
 # BENCH_PERF=1 also records a flat `perf` profile of each agent run into
 # bench/out/perf-<data set>-<pipeline>.data (system-wide; BENCH_PERF_ARGS adds
 # options) and the agent's CPU seconds per thread into ….threads.
-# BENCH_KAFKA_EXTRA adds one line of settings to the Kafka sink, e.g.
+# BENCH_DATASETS picks the data sets of the kafka mode (" ": only the
+# fixed-rate rows). BENCH_KAFKA_EXTRA adds one line of settings to the Kafka sink, e.g.
 # 'librdkafka: { linger.ms: "50" }'. Output also goes to bench/out/<mode>.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

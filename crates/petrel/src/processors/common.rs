@@ -1,8 +1,13 @@
 //! What parsers share: the `on_error` policy and access to a field's bytes
 //! while the batch's events are being changed.
 
+use std::fmt;
+
 use petrel_core::config::Map;
-use petrel_core::{Event, Key, Span, Value};
+use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Span, Value};
+use prometheus_client::metrics::counter::Counter;
+
+use super::parse_json::{merge_fields, static_name};
 
 /// Keys every parser accepts besides its own.
 pub const PARSER_KEYS: &[&str] = &["type", "id", "field", "on_error", "raw_field"];
@@ -85,6 +90,78 @@ pub fn on_failure(policy: &OnError, ev: &mut Event, field: &str, who: &str, reas
                 Value::Str(format!("{who}: {reason}").into()),
             );
             true
+        }
+    }
+}
+
+/// What the parsers share around their own parsing: the field they read,
+/// the `on_error` policy and the failure counters (taken at build time so
+/// the hot path only bumps atomics).
+pub struct FieldParse {
+    /// The field parsed.
+    pub field: &'static str,
+    who: &'static str,
+    on_error: OnError,
+    failed: Counter,
+    dropped: Counter,
+}
+
+impl FieldParse {
+    /// For the processor named `who` (used in `parse_error` values).
+    pub fn new(
+        who: &'static str,
+        field: &str,
+        on_error: &OnError,
+        metrics: &ComponentMetrics,
+    ) -> Self {
+        Self {
+            field: static_name(field),
+            who,
+            on_error: on_error.clone(),
+            failed: metrics.error_counter("parse_failed"),
+            dropped: metrics.discarded_counter("parse_error"),
+        }
+    }
+
+    /// Runs `parse` on the field of every event of `batch`. `parse` gets the
+    /// field's bytes, their offset in the batch buffer when they are a span
+    /// of it, and appends the fields it found; those are merged into the
+    /// event (`distinct`: the parser never yields a name twice). A missing
+    /// field or a parse error goes through `on_error`, counted.
+    pub fn apply<E: fmt::Display>(
+        &self,
+        batch: &mut EventBatch,
+        distinct: bool,
+        mut parse: impl FnMut(&[u8], Option<u32>, &mut Vec<(Key, Value)>) -> Result<(), E>,
+    ) {
+        let EventBatch { buf, events, .. } = batch;
+        let buf: &[u8] = buf;
+        let mut parsed: Vec<(Key, Value)> = Vec::new();
+        let (mut failed, mut dropped) = (0u64, 0u64);
+        events.retain_mut(|ev| {
+            parsed.clear();
+            let result = match field_bytes(buf, ev, self.field) {
+                Some((bytes, base)) => parse(bytes, base, &mut parsed).map_err(|e| e.to_string()),
+                None => Err("field is missing or not text".to_string()),
+            };
+            match result {
+                Ok(()) => {
+                    merge_fields(ev, &mut parsed, distinct);
+                    true
+                }
+                Err(reason) => {
+                    failed += 1;
+                    let keep = on_failure(&self.on_error, ev, self.field, self.who, &reason);
+                    dropped += u64::from(!keep);
+                    keep
+                }
+            }
+        });
+        if failed > 0 {
+            self.failed.inc_by(failed);
+        }
+        if dropped > 0 {
+            self.dropped.inc_by(dropped);
         }
     }
 }

@@ -47,10 +47,9 @@ use memchr::memmem;
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, EventBatch, Key, Value};
-use prometheus_client::metrics::counter::Counter;
 
-use super::common::{self, OnError, PARSER_KEYS};
-use super::parse_json::{config_key, merge_fields, static_name};
+use super::common::{self, FieldParse, OnError, PARSER_KEYS};
+use super::parse_json::config_key;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[
@@ -164,12 +163,9 @@ impl Config {
 
 /// The running `parse_delimiter` processor.
 pub struct ParseDelimiter {
-    field: &'static str,
+    parse: FieldParse,
     splitter: Splitter,
     keys: Vec<Key>,
-    on_error: OnError,
-    failed: Counter,
-    dropped: Counter,
 }
 
 impl ParseDelimiter {
@@ -180,62 +176,30 @@ impl ParseDelimiter {
             anyhow::bail!("parse_delimiter needs a separator and at least one key");
         }
         Ok(Self {
-            field: static_name(&c.field),
+            parse: FieldParse::new(WHO, &c.field, &c.on_error, &metrics),
             splitter: Splitter::new(&c.separator, c.quote, c.keys.len(), c.extra),
             keys: c.keys.iter().map(|k| config_key(k)).collect(),
-            on_error: c.on_error.clone(),
-            failed: metrics.error_counter("parse_failed"),
-            dropped: metrics.discarded_counter("parse_error"),
         })
     }
 }
 
 impl Processor for ParseDelimiter {
     fn process(&self, batch: &mut EventBatch) {
-        let EventBatch { buf, events, .. } = batch;
-        let buf: &[u8] = buf;
         let mut parts: Vec<Part> = Vec::with_capacity(self.keys.len());
-        let mut parsed: Vec<(Key, Value)> = Vec::with_capacity(self.keys.len());
-        let (mut failed, mut dropped) = (0u64, 0u64);
-        events.retain_mut(|ev| {
+        self.parse.apply(batch, true, |bytes, base, parsed| {
             parts.clear();
-            parsed.clear();
-            let result = match common::field_bytes(buf, ev, self.field) {
-                Some((bytes, base)) => self.splitter.split(bytes, &mut parts).map(|()| {
-                    for (part, key) in parts.iter().zip(&self.keys) {
-                        parsed.push((key.clone(), part.value(bytes, base, self.splitter.quote)));
-                    }
-                }),
-                None => Err(SplitError::Missing),
-            };
-            match result {
-                Ok(()) => {
-                    merge_fields(ev, &mut parsed, true);
-                    true
-                }
-                Err(e) => {
-                    failed += 1;
-                    let keep =
-                        common::on_failure(&self.on_error, ev, self.field, WHO, &e.to_string());
-                    dropped += u64::from(!keep);
-                    keep
-                }
+            self.splitter.split(bytes, &mut parts)?;
+            for (part, key) in parts.iter().zip(&self.keys) {
+                parsed.push((key.clone(), part.value(bytes, base, self.splitter.quote)));
             }
+            Ok::<(), SplitError>(())
         });
-        if failed > 0 {
-            self.failed.inc_by(failed);
-        }
-        if dropped > 0 {
-            self.dropped.inc_by(dropped);
-        }
     }
 }
 
 /// Why a field did not split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitError {
-    /// The field is absent or not text.
-    Missing,
     /// The field is empty.
     Empty,
     /// A quoted value has no closing quote.
@@ -249,7 +213,6 @@ pub enum SplitError {
 impl fmt::Display for SplitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            SplitError::Missing => "field is missing or not text",
             SplitError::Empty => "field is empty",
             SplitError::UnterminatedQuote => "quoted value without closing quote",
             SplitError::TextAfterQuote => "closing quote not followed by a separator",

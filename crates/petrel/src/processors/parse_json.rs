@@ -49,10 +49,9 @@ use std::sync::{LazyLock, Mutex};
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Span, Value};
-use prometheus_client::metrics::counter::Counter;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::common::{self, OnError, PARSER_KEYS};
+use super::common::{FieldParse, OnError, PARSER_KEYS};
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[
@@ -116,11 +115,8 @@ impl Config {
 
 /// The running `parse_json` processor.
 pub struct ParseJson {
-    field: &'static str,
+    parse: FieldParse,
     parser: JsonParser,
-    on_error: OnError,
-    failed: Counter,
-    dropped: Counter,
 }
 
 impl ParseJson {
@@ -128,55 +124,23 @@ impl ParseJson {
     /// bumps atomics.
     pub fn new(c: &Config, metrics: ComponentMetrics) -> anyhow::Result<Self> {
         Ok(Self {
-            field: static_name(&c.field),
+            parse: FieldParse::new(WHO, &c.field, &c.on_error, &metrics),
             parser: JsonParser::new(c.flatten.then_some(c.separator.as_str())),
-            on_error: c.on_error.clone(),
-            failed: metrics.error_counter("parse_failed"),
-            dropped: metrics.discarded_counter("parse_error"),
         })
     }
 }
 
 impl Processor for ParseJson {
     fn process(&self, batch: &mut EventBatch) {
-        let EventBatch { buf, events, .. } = batch;
-        let buf: &[u8] = buf;
-        let mut parsed: Vec<(Key, Value)> = Vec::new();
-        let (mut failed, mut dropped) = (0u64, 0u64);
-        events.retain_mut(|ev| {
-            parsed.clear();
-            let result = match common::field_bytes(buf, ev, self.field) {
-                Some((bytes, base)) => self.parser.parse(bytes, base, &mut parsed),
-                None => Err(JsonError::Missing),
-            };
-            match result {
-                Ok(()) => {
-                    merge_fields(ev, &mut parsed, false);
-                    true
-                }
-                Err(e) => {
-                    failed += 1;
-                    let keep =
-                        common::on_failure(&self.on_error, ev, self.field, WHO, &e.to_string());
-                    dropped += u64::from(!keep);
-                    keep
-                }
-            }
+        self.parse.apply(batch, false, |bytes, base, parsed| {
+            self.parser.parse(bytes, base, parsed)
         });
-        if failed > 0 {
-            self.failed.inc_by(failed);
-        }
-        if dropped > 0 {
-            self.dropped.inc_by(dropped);
-        }
     }
 }
 
 /// Why a value did not parse.
 #[derive(Debug)]
 pub enum JsonError {
-    /// The field is absent or not text.
-    Missing,
     /// Invalid JSON, or JSON that is not an object.
     Invalid(String),
 }
@@ -184,7 +148,6 @@ pub enum JsonError {
 impl fmt::Display for JsonError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            JsonError::Missing => f.write_str("field is missing or not text"),
             JsonError::Invalid(e) => write!(f, "invalid JSON: {e}"),
         }
     }

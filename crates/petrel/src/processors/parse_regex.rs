@@ -46,10 +46,9 @@ use pcre2::bytes::{CaptureLocations, Regex, RegexBuilder};
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, EventBatch, Key, Value};
-use prometheus_client::metrics::counter::Counter;
 
-use super::common::{self, OnError, PARSER_KEYS};
-use super::parse_json::{config_key, merge_fields, static_name};
+use super::common::{self, FieldParse, OnError, PARSER_KEYS};
+use super::parse_json::config_key;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[
@@ -126,11 +125,8 @@ fn compile(pattern: &str, jit: bool) -> Result<(Regex, Vec<(usize, String)>), St
 
 /// The running `parse_regex` processor.
 pub struct ParseRegex {
-    field: &'static str,
+    parse: FieldParse,
     matcher: RegexMatcher,
-    on_error: OnError,
-    failed: Counter,
-    dropped: Counter,
 }
 
 impl ParseRegex {
@@ -138,71 +134,36 @@ impl ParseRegex {
     /// the counters so the hot path only bumps atomics.
     pub fn new(c: &Config, metrics: ComponentMetrics) -> anyhow::Result<Self> {
         Ok(Self {
-            field: static_name(&c.field),
+            parse: FieldParse::new(WHO, &c.field, &c.on_error, &metrics),
             matcher: RegexMatcher::new(&c.pattern).map_err(anyhow::Error::msg)?,
-            on_error: c.on_error.clone(),
-            failed: metrics.error_counter("parse_failed"),
-            dropped: metrics.discarded_counter("parse_error"),
         })
     }
 }
 
 impl Processor for ParseRegex {
     fn process(&self, batch: &mut EventBatch) {
-        let EventBatch { buf, events, .. } = batch;
-        let buf: &[u8] = buf;
         let mut scratch = self.matcher.scratch();
-        let mut parsed: Vec<(Key, Value)> = Vec::with_capacity(self.matcher.names.len());
-        let (mut failed, mut dropped) = (0u64, 0u64);
-        events.retain_mut(|ev| {
-            parsed.clear();
-            let result = match common::field_bytes(buf, ev, self.field) {
-                Some((bytes, base)) => {
-                    self.matcher
-                        .captures(&mut scratch, bytes, base, &mut parsed)
-                }
-                None => Err(RegexError::Missing),
-            };
-            match result {
-                Ok(()) => {
-                    merge_fields(ev, &mut parsed, true);
-                    true
-                }
-                Err(e) => {
-                    failed += 1;
-                    let keep = common::on_failure(&self.on_error, ev, self.field, WHO, &e.reason());
-                    dropped += u64::from(!keep);
-                    keep
-                }
-            }
+        self.parse.apply(batch, true, |bytes, base, parsed| {
+            self.matcher.captures(&mut scratch, bytes, base, parsed)
         });
         self.matcher.recycle(scratch);
-        if failed > 0 {
-            self.failed.inc_by(failed);
-        }
-        if dropped > 0 {
-            self.dropped.inc_by(dropped);
-        }
     }
 }
 
 /// Why a line did not parse.
 #[derive(Debug)]
 pub enum RegexError {
-    /// The field is absent or not text.
-    Missing,
     /// The pattern does not match.
     NoMatch,
     /// PCRE2 gave up (match limit, JIT stack).
     Engine(pcre2::Error),
 }
 
-impl RegexError {
-    fn reason(&self) -> String {
+impl std::fmt::Display for RegexError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RegexError::Missing => "field is missing or not text".into(),
-            RegexError::NoMatch => "pattern does not match".into(),
-            RegexError::Engine(e) => format!("matching failed: {e}"),
+            RegexError::NoMatch => f.write_str("pattern does not match"),
+            RegexError::Engine(e) => write!(f, "matching failed: {e}"),
         }
     }
 }

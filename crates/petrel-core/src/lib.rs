@@ -10,6 +10,7 @@ pub mod ack;
 pub mod config;
 pub mod encode;
 pub mod event;
+pub mod health;
 pub mod memory;
 pub mod metrics;
 pub mod plugin;

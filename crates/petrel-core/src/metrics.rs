@@ -14,6 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::health::Health;
+
 /// Label pairs of a metric sample.
 pub type Labels = Vec<(String, String)>;
 
@@ -38,6 +40,10 @@ pub struct Metrics {
     pub files_open: Family<Labels, Gauge>,
     /// Checkpoint file writes.
     pub checkpoint_writes: Counter,
+    /// Checkpoint writes that failed (the previous checkpoint stays).
+    pub checkpoint_errors: Counter,
+    /// Open problems reported by `/health`.
+    pub health: Arc<Health>,
     /// Memory charged for in-flight data.
     pub memory_used: Gauge,
     /// The configured memory limit.
@@ -72,6 +78,7 @@ pub struct DeliveryMetrics {
 #[derive(Clone, Debug)]
 pub struct ComponentMetrics {
     labels: Labels,
+    health_key: Arc<str>,
     metrics: Arc<Metrics>,
     /// Events that entered the component.
     pub received_events: Counter,
@@ -106,6 +113,8 @@ impl Metrics {
             file_lag: Family::default(),
             files_open: Family::default(),
             checkpoint_writes: Counter::default(),
+            checkpoint_errors: Counter::default(),
+            health: Arc::new(Health::default()),
             memory_used: Gauge::default(),
             memory_limit: Gauge::default(),
             backpressure_pauses: Family::default(),
@@ -168,6 +177,11 @@ impl Metrics {
             m.checkpoint_writes.clone(),
         );
         r.register(
+            "checkpoint_errors",
+            "Checkpoint writes that failed; offsets stay at the last good checkpoint",
+            m.checkpoint_errors.clone(),
+        );
+        r.register(
             "memory_used_bytes",
             "Memory charged for in-flight data",
             m.memory_used.clone(),
@@ -222,6 +236,7 @@ impl Metrics {
             ("component_type".into(), type_.into()),
         ];
         ComponentMetrics {
+            health_key: format!("{pipeline}/{kind}/{id}").into(),
             received_events: self.received_events.get_or_create(&labels).clone(),
             received_bytes: self.received_bytes.get_or_create(&labels).clone(),
             sent_events: self.sent_events.get_or_create(&labels).clone(),
@@ -281,6 +296,21 @@ impl ComponentMetrics {
         }
     }
 
+    /// The key of this component in [`Health`]: `pipeline/kind/id`.
+    pub fn health_key(&self) -> &str {
+        &self.health_key
+    }
+
+    /// Reports that this component is failing now (see [`Health::failing`]).
+    pub fn failing(&self, reason: impl Into<String>) {
+        self.metrics.health.failing(&self.health_key, reason);
+    }
+
+    /// Clears this component's problem in [`Health`].
+    pub fn recovered(&self) {
+        self.metrics.health.recovered(&self.health_key);
+    }
+
     /// The labels identifying this component.
     pub fn labels(&self) -> &Labels {
         &self.labels
@@ -300,7 +330,7 @@ fn process_metrics(out: &mut String) {
     };
     let _ = write!(
         out,
-        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n\
+        "# HELP process_cpu_seconds Total user and system CPU time spent in seconds.\n\
          # TYPE process_cpu_seconds counter\n\
          process_cpu_seconds_total {cpu}\n\
          # HELP process_resident_memory_bytes Resident memory size in bytes.\n\

@@ -17,6 +17,9 @@ struct Problem {
     reason: String,
     since: Instant,
     fatal: bool,
+    /// Clears itself then (a problem seen once, such as a panic that was
+    /// isolated, is reported for a while and then forgotten).
+    expires: Option<Instant>,
 }
 
 /// The agent's open problems.
@@ -64,20 +67,37 @@ impl Health {
         self.raise(component, reason.into(), true);
     }
 
+    /// Records a problem that makes the agent unhealthy at once and clears
+    /// itself after `d` unless raised again.
+    pub fn unhealthy_for(&self, component: &str, reason: impl Into<String>, d: Duration) {
+        self.raise_until(
+            component,
+            reason.into(),
+            true,
+            Instant::now().checked_add(d),
+        );
+    }
+
     fn raise(&self, component: &str, reason: String, fatal: bool) {
+        self.raise_until(component, reason, fatal, None);
+    }
+
+    fn raise_until(&self, component: &str, reason: String, fatal: bool, expires: Option<Instant>) {
         let mut p = self.problems.lock();
         match p.get_mut(component) {
-            Some(e) => {
+            Some(e) if e.expires.is_none_or(|t| t > Instant::now()) => {
                 e.reason = reason;
                 e.fatal |= fatal;
+                e.expires = expires;
             }
-            None => {
+            _ => {
                 p.insert(
                     component.to_string(),
                     Problem {
                         reason,
                         since: Instant::now(),
                         fatal,
+                        expires,
                     },
                 );
             }
@@ -101,8 +121,10 @@ impl Health {
     /// The problems that make the agent unhealthy now; empty when healthy.
     pub fn report(&self) -> Vec<Unhealthy> {
         let after = *self.unhealthy_after.lock();
-        self.problems
-            .lock()
+        let now = Instant::now();
+        let mut problems = self.problems.lock();
+        problems.retain(|_, p| p.expires.is_none_or(|t| t > now));
+        problems
             .iter()
             .filter(|(_, p)| p.fatal || p.since.elapsed() >= after)
             .map(|(k, p)| Unhealthy {
@@ -113,9 +135,13 @@ impl Health {
             .collect()
     }
 
-    /// True when a fatal problem is open (the process should exit non-zero).
+    /// True when a problem that is unhealthy at once is open.
     pub fn has_fatal(&self) -> bool {
-        self.problems.lock().values().any(|p| p.fatal)
+        let now = Instant::now();
+        self.problems
+            .lock()
+            .values()
+            .any(|p| p.fatal && p.expires.is_none_or(|t| t > now))
     }
 }
 
@@ -146,5 +172,9 @@ mod tests {
         assert!(h.has_fatal());
         h.forget_prefix("thread/");
         assert!(!h.has_fatal());
+        h.unhealthy_for("p/processor/x", "panicked", Duration::from_millis(20));
+        assert_eq!(h.report().len(), 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(h.report().is_empty());
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod config;
+pub mod data_dir;
 pub mod gen;
 pub mod processors;
 pub mod sinks;

@@ -1,10 +1,10 @@
 //! `petrel`: the log collection agent's command line.
 
-use petrel::{api, config, gen, topology};
+use petrel::{api, config, data_dir, gen, topology};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
@@ -188,8 +188,21 @@ impl From<std::io::Error> for RunError {
     }
 }
 
+/// Longest accepted `--shutdown-timeout`: larger values would overflow the
+/// clock's deadline arithmetic and mean "wait forever" in practice anyway.
+const MAX_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// What the main thread waits for.
+enum Control {
+    Stop(i32),
+    Reload(&'static str),
+}
+
 fn run(a: RunArgs) -> Result<(), RunError> {
     let pipelines = config::load(&a.config).map_err(RunError::Config)?;
+    // Checked before anything is bound or created, so that a second agent
+    // or an unwritable directory fails with nothing half started.
+    let _lock = data_dir::lock(&a.data_dir)?;
     raise_fd_limit();
     let threads = a
         .threads
@@ -199,11 +212,12 @@ fn run(a: RunArgs) -> Result<(), RunError> {
                 .unwrap_or(1)
         })
         .max(1);
+    let shutdown_timeout = Duration::from_secs(a.shutdown_timeout).min(MAX_SHUTDOWN_TIMEOUT);
     let opts = topology::RunOptions {
         data_dir: a.data_dir,
         threads,
         memory_limit: a.memory_limit as usize,
-        shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
+        shutdown_timeout,
     };
     // Sinks only do I/O and hand writes to the blocking pool; one runtime
     // thread serves every sink and the API.
@@ -221,25 +235,81 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     let addr = listener.local_addr()?;
     let metrics = petrel_core::Metrics::new();
     let budget = petrel_core::MemoryBudget::new(opts.memory_limit);
-    let signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])?;
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Control>();
+    forward_signals(ctl_tx.clone())?;
     runtime.spawn(api::serve(listener, metrics.clone(), budget.clone()));
     tracing::info!("API listening on http://{addr}");
-    let topo = topology::Topology::start(&pipelines, &opts, metrics, budget, runtime)?;
+    let topo = topology::Topology::start(&pipelines, &opts, metrics.clone(), budget, runtime)?;
     tracing::info!(
         pipelines = pipelines.len(),
         threads,
         memory_limit = opts.memory_limit,
         "petrel started"
     );
-    let mut signals = signals;
-    if let Some(sig) = signals.forever().next() {
-        tracing::info!(signal = sig, "stopping: draining in-flight data");
+    let mut failure = None;
+    loop {
+        match ctl_rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(Control::Stop(sig)) => {
+                tracing::info!(signal = sig, "stopping: draining in-flight data");
+                break;
+            }
+            Ok(Control::Reload(why)) => {
+                tracing::info!(trigger = why, "configuration reload requested");
+                match config::load(&a.config) {
+                    Ok(_) => tracing::warn!("the configuration is valid, but applying it needs a restart in this version"),
+                    Err(errs) => {
+                        for e in errs {
+                            tracing::error!("reload refused: {e}");
+                        }
+                    }
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        let dead = topo.dead_threads();
+        if !dead.is_empty() {
+            for t in &dead {
+                metrics.health.fatal(&format!("thread/{t}"), "thread died");
+            }
+            tracing::error!(threads = ?dead, "an internal thread died; stopping with an error");
+            failure = Some(anyhow::anyhow!(
+                "internal thread(s) died: {}",
+                dead.join(", ")
+            ));
+            break;
+        }
     }
-    topo.shutdown();
-    tracing::info!("stopped");
+    let deadline = Instant::now() + opts.shutdown_timeout;
+    topo.shutdown(deadline);
+    match failure {
+        Some(e) => Err(RunError::Other(e)),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Turns SIGINT/SIGTERM into a stop and SIGHUP into a reload (logrotate's
+/// `postrotate kill -HUP` habit must not kill the agent).
+fn forward_signals(tx: crossbeam_channel::Sender<Control>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("petrel-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                let msg = if sig == SIGHUP {
+                    Control::Reload("SIGHUP")
+                } else {
+                    Control::Stop(sig)
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+        })?;
     Ok(())
 }
 

@@ -292,6 +292,7 @@ fn sigterm_drains_in_flight_data_and_exits_0() {
                 "20".into(),
             ],
             stdout: StdoutMode::Piped,
+            ..Default::default()
         },
     );
     let mut pipe = agent.take_stdout();
@@ -354,6 +355,7 @@ fn sigterm_drains_in_flight_data_and_exits_0() {
         AgentOptions {
             args: vec![],
             stdout: StdoutMode::Capture,
+            ..Default::default()
         },
     );
     wait_committed(&agent, "drain", &app, size);

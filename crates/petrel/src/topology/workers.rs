@@ -1,17 +1,31 @@
 //! The shared processing pool: `--threads` workers that run every
 //! pipeline's processor chain and sink encoders, whatever the number of
 //! pipelines.
+//!
+//! A panic in a processor or an encoder must not stall a pipeline: each
+//! batch runs under `catch_unwind`. A batch whose processing panicked is
+//! not delivered (its acknowledgement fails, so the source reads it again)
+//! and the pipeline switches to isolation for a while: batches are then
+//! processed one event at a time, so the event that panics is dropped and
+//! counted (`reason="panic"`) and the rest flows on.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
-use petrel_core::{ComponentMetrics, EventBatch, PipelineBudget};
+use petrel_core::{ComponentMetrics, EventBatch, Metrics, PipelineBudget};
 use tokio::sync::mpsc::UnboundedSender;
+
+/// How long a pipeline processes event by event after a panic, and how
+/// long `/health` reports it.
+const ISOLATION: Duration = Duration::from_secs(10);
 
 /// A sink as seen by the processing pool.
 pub struct SinkSlot {
@@ -27,10 +41,28 @@ pub struct SinkSlot {
 
 /// Puts payloads back in read order: workers finish batches in any order,
 /// but a sink must see a file's lines in the order they were written.
+/// `None` marks a batch that will never come (its processing panicked), so
+/// that its successors are not held back forever.
 #[derive(Default)]
 pub struct Reorder {
     next: u64,
-    pending: BTreeMap<u64, Payload>,
+    pending: BTreeMap<u64, Option<Payload>>,
+}
+
+impl Reorder {
+    /// Queues `item` as batch `seq` and sends every batch that is now in
+    /// order.
+    fn push(&mut self, seq: u64, item: Option<Payload>, tx: &UnboundedSender<Payload>) {
+        self.pending.insert(seq, item);
+        while let Some(item) = self.pending.remove(&self.next) {
+            self.next += 1;
+            if let Some(p) = item {
+                // Fails only when the sink has stopped; the payload's ack
+                // part is dropped then, which reports a failed delivery.
+                let _ = tx.send(p);
+            }
+        }
+    }
 }
 
 /// A processor and its counters.
@@ -53,6 +85,42 @@ pub struct PipelineRuntime {
     pub budget: Arc<PipelineBudget>,
     /// Sequence number of the next batch emitted into this pipeline.
     pub next_seq: AtomicU64,
+    /// Process event by event until then (after a panic).
+    isolate_until: Mutex<Option<Instant>>,
+    metrics: Arc<Metrics>,
+}
+
+impl PipelineRuntime {
+    /// A pipeline with its components.
+    pub fn new(
+        name: String,
+        processors: Vec<ProcessorSlot>,
+        sinks: Vec<SinkSlot>,
+        budget: Arc<PipelineBudget>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            name,
+            processors,
+            sinks,
+            budget,
+            next_seq: AtomicU64::new(0),
+            isolate_until: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    fn isolating(&self) -> bool {
+        let mut g = self.isolate_until.lock();
+        match *g {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                *g = None;
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 type Work = (Arc<PipelineRuntime>, u64, EventBatch);
@@ -97,6 +165,15 @@ impl WorkerPool {
         })
     }
 
+    /// Names of worker threads that ended while the pool runs.
+    pub fn dead_threads(&self) -> Vec<String> {
+        self.threads
+            .iter()
+            .filter(|t| t.is_finished())
+            .map(|t| t.thread().name().unwrap_or("petrel-worker").to_string())
+            .collect()
+    }
+
     /// Closes the queue and waits for the workers to finish what is queued.
     pub fn join(mut self) {
         self.tx = None;
@@ -123,13 +200,86 @@ impl Emitter for PipelineEmitter {
     }
 }
 
+/// Text of a panic payload, for the log.
+fn panic_text(e: &(dyn std::any::Any + Send)) -> &str {
+    e.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| e.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Runs the processor chain on `batch`; on a panic returns the index of
+/// the processor that panicked and its message.
+fn run_chain(p: &PipelineRuntime, batch: &mut EventBatch) -> Result<(), (usize, String)> {
+    let at = Cell::new(0usize);
+    catch_unwind(AssertUnwindSafe(|| {
+        for (i, slot) in p.processors.iter().enumerate() {
+            at.set(i);
+            let before = batch.events.len() as u64;
+            slot.metrics.received_events.inc_by(before);
+            slot.processor.process(batch);
+            slot.metrics.sent_events.inc_by(batch.events.len() as u64);
+        }
+    }))
+    .map_err(|e| (at.get(), panic_text(&*e).to_string()))
+}
+
+fn report_panic(p: &PipelineRuntime, slot: &ComponentMetrics, what: &str, msg: &str) {
+    tracing::error!(pipeline = %p.name, component = %slot.health_key(), panic = %msg,
+        "{what} panicked; processing this pipeline event by event for {}s to isolate the event",
+        ISOLATION.as_secs());
+    p.metrics.health.unhealthy_for(
+        slot.health_key(),
+        format!("{what} panicked: {msg}"),
+        ISOLATION,
+    );
+}
+
 fn run_pipeline(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
-    for slot in &p.processors {
-        let before = batch.events.len() as u64;
-        slot.metrics.received_events.inc_by(before);
-        slot.processor.process(&mut batch);
-        slot.metrics.sent_events.inc_by(batch.events.len() as u64);
+    if !p.processors.is_empty() {
+        if p.isolating() {
+            run_isolated(p, &mut batch);
+        } else if let Err((i, msg)) = run_chain(p, &mut batch) {
+            let slot = &p.processors[i].metrics;
+            slot.error("panic", 1);
+            report_panic(p, slot, "processor", &msg);
+            *p.isolate_until.lock() = Instant::now().checked_add(ISOLATION);
+            // The batch is not delivered: its ack part fails when dropped
+            // below, so the source reads the data again (now isolated).
+            for s in &p.sinks {
+                s.reorder.lock().push(seq, None, &s.tx);
+            }
+            return;
+        }
     }
+    deliver(p, seq, batch);
+}
+
+/// Processes each event alone so that one that panics can be dropped
+/// (counted) without losing the others.
+fn run_isolated(p: &PipelineRuntime, batch: &mut EventBatch) {
+    let events = std::mem::take(&mut batch.events);
+    let mut out = Vec::with_capacity(events.len());
+    for ev in events {
+        let mut one = EventBatch::new(batch.buf.clone(), batch.source.clone());
+        one.events.push(ev);
+        match run_chain(p, &mut one) {
+            // Processors add values beside the buffer, never replace it, so
+            // the events' spans stay valid in the original batch.
+            Ok(()) => out.append(&mut one.events),
+            Err((i, msg)) => {
+                let slot = &p.processors[i].metrics;
+                slot.error("panic", 1);
+                slot.discarded("panic", 1);
+                report_panic(p, slot, "processor", &msg);
+                *p.isolate_until.lock() = Instant::now().checked_add(ISOLATION);
+            }
+        }
+    }
+    batch.events = out;
+}
+
+fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
     let parts = match batch.ack.take() {
         Some(ack) => ack.split(p.sinks.len()),
         None => p
@@ -146,7 +296,15 @@ fn run_pipeline(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
             bytes: Vec::with_capacity(batch.buf.len() + batch.events.len() * 2 + 64),
             ..Encoded::default()
         };
-        slot.sink.encode(&batch, &mut out);
+        let encoded = catch_unwind(AssertUnwindSafe(|| slot.sink.encode(&batch, &mut out)));
+        if let Err(e) = encoded {
+            slot.metrics.error("panic", 1);
+            report_panic(p, &slot.metrics, "sink encoder", panic_text(&*e));
+            // `ack` is dropped unanswered: the source reads the batch again.
+            drop(ack);
+            slot.reorder.lock().push(seq, None, &slot.tx);
+            continue;
+        }
         if out.invalid_utf8 > 0 {
             slot.metrics.error("invalid_utf8", out.invalid_utf8);
         }
@@ -162,17 +320,6 @@ fn run_pipeline(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
             ack,
             charge,
         };
-        let mut r = slot.reorder.lock();
-        r.pending.insert(seq, payload);
-        loop {
-            let next = r.next;
-            let Some(p) = r.pending.remove(&next) else {
-                break;
-            };
-            r.next += 1;
-            // Fails only when the sink has stopped; the payload's ack part
-            // is dropped then, which reports a failed delivery.
-            let _ = slot.tx.send(p);
-        }
+        slot.reorder.lock().push(seq, Some(payload), &slot.tx);
     }
 }

@@ -195,6 +195,8 @@ pub struct AgentOptions {
     pub args: Vec<String>,
     /// Standard output handling.
     pub stdout: StdoutMode,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for AgentOptions {
@@ -202,6 +204,7 @@ impl Default for AgentOptions {
         Self {
             args: Vec::new(),
             stdout: StdoutMode::Null,
+            env: Vec::new(),
         }
     }
 }
@@ -246,6 +249,7 @@ impl Agent {
             .args(&opts.args)
             .env_remove("PETREL_LOG")
             .env_remove("PETREL_DATA_DIR")
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .stdout(match opts.stdout {

@@ -120,6 +120,11 @@ impl FileService {
         })
     }
 
+    /// False once the input thread ended without being asked to (a panic).
+    pub fn is_alive(&self) -> bool {
+        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
     /// Stops reading, waits for in-flight data to be acknowledged (bounded),
     /// and writes the final checkpoint.
     pub fn shutdown(mut self) {
@@ -347,7 +352,9 @@ impl Input {
         let mut paused = false;
         for src in &mut self.sources {
             for r in src.readers.values_mut() {
-                if !r.dirty && !r.has_partial() {
+                // A failed delivery must be read again even when the file
+                // does not grow any more.
+                if !r.dirty && !r.has_partial() && !r.tracker.failed() {
                     continue;
                 }
                 match r.read_turn(&src.spec.ctx, BLOCKS_PER_TURN) {

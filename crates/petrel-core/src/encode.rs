@@ -61,16 +61,31 @@ pub fn encode_batch(
         }
         Encoding::Ndjson => {
             let file = batch.source.path.as_bytes();
+            let meta = &batch.source.meta[..];
             for ev in &batch.events {
                 out.extend_from_slice(b"{\"message\":");
                 write_json_value(batch, &ev.message, out, &mut stats);
                 // A `file` field set by a processor takes the place of the
                 // source path; a parsed event time that of a `timestamp`
                 // field. Each key is written once.
-                out.extend_from_slice(b",\"file\":");
                 match ev.fields.iter().find(|(k, _)| k == "file") {
-                    Some((_, v)) => write_json_value(batch, v, out, &mut stats),
-                    None => write_json_bytes(file, out, &mut stats),
+                    Some((_, v)) => {
+                        out.extend_from_slice(b",\"file\":");
+                        write_json_value(batch, v, out, &mut stats);
+                    }
+                    None if !file.is_empty() => {
+                        out.extend_from_slice(b",\"file\":");
+                        write_json_bytes(file, out, &mut stats);
+                    }
+                    None => {}
+                }
+                for (k, v) in meta {
+                    if !ev.fields.iter().any(|(f, _)| f == k) {
+                        out.push(b',');
+                        write_json_key(k, out);
+                        out.push(b':');
+                        write_json_bytes(v.as_bytes(), out, &mut stats);
+                    }
                 }
                 if let Some(ns) = ev.time_ns {
                     out.extend_from_slice(b",\"timestamp\":\"");
@@ -254,9 +269,7 @@ mod tests {
     fn batch(buf: &'static [u8], spans: &[(usize, usize)]) -> EventBatch {
         let mut b = EventBatch::new(
             Bytes::from_static(buf),
-            Arc::new(SourceInfo {
-                path: "/var/log/a.log".into(),
-            }),
+            Arc::new(SourceInfo::file("/var/log/a.log", Default::default())),
         );
         b.events = spans
             .iter()

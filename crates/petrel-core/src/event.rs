@@ -135,10 +135,41 @@ impl Event {
 }
 
 /// Where a batch came from; shared by all its events.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct SourceInfo {
-    /// The file path (or other origin) written as the `file` field.
+    /// The file path written as the `file` field; empty for sources that
+    /// do not read files (then no `file` field is written).
     pub path: Arc<str>,
+    /// Metadata fields set by the source and the engine (`host`, later
+    /// container and pod labels), written like event fields unless an
+    /// event has a field of the same name.
+    pub meta: Arc<[(Key, Arc<str>)]>,
+    /// The source's `type:`, readable as the `source_type` field.
+    pub source_type: &'static str,
+}
+
+impl SourceInfo {
+    /// A batch origin that is the file at `path`, with `meta` fields.
+    pub fn file(path: impl Into<Arc<str>>, meta: Arc<[(Key, Arc<str>)]>) -> Self {
+        Self {
+            path: path.into(),
+            meta,
+            source_type: "file",
+        }
+    }
+
+    /// The value of metadata field `name`, `file` and `source_type` included.
+    pub fn field(&self, name: &str) -> Option<&[u8]> {
+        match name {
+            "file" if !self.path.is_empty() => Some(self.path.as_bytes()),
+            "source_type" if !self.source_type.is_empty() => Some(self.source_type.as_bytes()),
+            _ => self
+                .meta
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_bytes()),
+        }
+    }
 }
 
 /// Events sharing one read buffer, flowing through a pipeline together.
@@ -170,13 +201,13 @@ impl EventBatch {
         }
     }
 
-    /// Bytes of field `name` of `ev`, counting the batch's source path as
-    /// the `file` field unless a processor set one.
+    /// Bytes of field `name` of `ev`, counting the batch's source
+    /// metadata (`file`, `host`, `source_type`, ...) as fields unless a
+    /// processor set one of the same name.
     pub fn field_bytes<'a>(&'a self, ev: &'a Event, name: &str) -> Option<&'a [u8]> {
         match ev.get(name) {
             Some(v) => self.bytes_of(v),
-            None if name == "file" => Some(self.source.path.as_bytes()),
-            None => None,
+            None => self.source.field(name),
         }
     }
 

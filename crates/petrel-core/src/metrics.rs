@@ -42,6 +42,12 @@ pub struct Metrics {
     pub checkpoint_writes: Counter,
     /// Checkpoint writes that failed (the previous checkpoint stays).
     pub checkpoint_errors: Counter,
+    /// Configuration reloads by `result` (`applied`, `unchanged`, `failed`).
+    pub config_reloads: Family<Labels, Counter>,
+    /// API connections closed at accept because too many were open.
+    pub api_refused_connections: Counter,
+    /// Directory listings that failed (the previous view was kept).
+    pub list_errors: Counter,
     /// Open problems reported by `/health`.
     pub health: Arc<Health>,
     /// Memory charged for in-flight data.
@@ -114,6 +120,9 @@ impl Metrics {
             files_open: Family::default(),
             checkpoint_writes: Counter::default(),
             checkpoint_errors: Counter::default(),
+            config_reloads: Family::default(),
+            api_refused_connections: Counter::default(),
+            list_errors: Counter::default(),
             health: Arc::new(Health::default()),
             memory_used: Gauge::default(),
             memory_limit: Gauge::default(),
@@ -180,6 +189,21 @@ impl Metrics {
             "checkpoint_errors",
             "Checkpoint writes that failed; offsets stay at the last good checkpoint",
             m.checkpoint_errors.clone(),
+        );
+        r.register(
+            "config_reload",
+            "Configuration reloads by result",
+            m.config_reloads.clone(),
+        );
+        r.register(
+            "api_refused_connections",
+            "API connections closed at accept because too many were open",
+            m.api_refused_connections.clone(),
+        );
+        r.register(
+            "directory_list_errors",
+            "Directory listings that failed; the files known there were kept",
+            m.list_errors.clone(),
         );
         r.register(
             "memory_used_bytes",

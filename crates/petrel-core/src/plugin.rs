@@ -1,19 +1,30 @@
 //! The contracts between the engine and its plugins.
 //!
+//! Each plugin kind registers once as a [`Plugin`] (type name, keys,
+//! parser); its parsed config ([`SourceConfig`], [`ProcessorConfig`],
+//! [`SinkConfig`]) knows how to start or build it. Sources get a
+//! [`SourceContext`] with everything they need: the emitter into their
+//! pipeline, its memory budget, metrics, metadata and shared services.
+//!
 //! Processors transform batches on the shared processing pool. Sinks are
 //! split in two: [`Sink::encode`] does the CPU work (serialisation) on the
 //! processing pool so it scales with `--threads`, and [`Sink::run`] is an
 //! asynchronous task on the shared sink runtime that performs I/O and
 //! acknowledges each [`Payload`] once its data is delivered.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::ack::AckPart;
-use crate::event::{EventBatch, SourceInfo};
-use crate::memory::MemoryCharge;
+use crate::config::Map;
+use crate::event::{EventBatch, Key, SourceInfo};
+use crate::memory::{MemoryCharge, PipelineBudget};
+use crate::metrics::ComponentMetrics;
 
 /// A step of a pipeline's processor chain.
 pub trait Processor: Send + Sync {
@@ -86,3 +97,159 @@ pub trait Emitter: Send + Sync {
     /// Queues `batch` for processing.
     fn emit(&self, batch: EventBatch);
 }
+
+/// A parsed `sources:` entry: knows its type and how to start.
+pub trait SourceConfig: std::fmt::Debug + Send + Sync {
+    /// The `type:` name.
+    fn type_name(&self) -> &'static str;
+
+    /// Starts the source. It reads on its own thread (or on a service it
+    /// shares with sources of its kind, found in `ctx.shared`) and emits
+    /// into `ctx.emitter` until stopped.
+    fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>>;
+
+    /// Include and exclude globs of files this source reads, for the
+    /// feedback-loop check against the agent's own output files.
+    fn read_globs(&self) -> Option<(&[String], &[String])> {
+        None
+    }
+}
+
+/// A running source.
+pub trait Source: Send {
+    /// Stops reading. In-flight data is still acknowledged until
+    /// [`Source::wait_stopped`] returns or `deadline` passes.
+    fn begin_stop(&mut self, deadline: Instant);
+
+    /// Waits until everything the source emitted was answered (or
+    /// `deadline` passed) and its state is persisted. Returns an error
+    /// when the final state could not be written (the process then exits
+    /// non-zero).
+    fn wait_stopped(self: Box<Self>, deadline: Instant) -> anyhow::Result<()>;
+
+    /// False when the source's thread ended without being stopped.
+    fn is_alive(&self) -> bool {
+        true
+    }
+}
+
+/// Settings of the whole agent that sources may need.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Checkpoints and other state.
+    pub data_dir: PathBuf,
+    /// How long state of sources (or files) that are gone is kept.
+    pub checkpoint_ttl: Duration,
+    /// Upper bound on waiting for in-flight data at shutdown.
+    pub shutdown_timeout: Duration,
+}
+
+/// Everything a source gets when it starts, and nothing specific to one
+/// kind of source.
+pub struct SourceContext {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Source id within the pipeline.
+    pub id: String,
+    /// `pipeline/id`: the key of this source's persisted state.
+    pub key: String,
+    /// Where batches go (the pipeline's processor chain).
+    pub emitter: Arc<dyn Emitter>,
+    /// The pipeline's memory budget: charge before reading.
+    pub budget: Arc<PipelineBudget>,
+    /// This source's counters (and, through them, the agent's).
+    pub metrics: ComponentMetrics,
+    /// Metadata fields every batch of this source carries (`host`).
+    pub meta: Arc<[(Key, Arc<str>)]>,
+    /// Files written by this agent's sinks that this source must not
+    /// read: its own pipeline's outputs, and other pipelines' unless they
+    /// allow reading back.
+    pub own_outputs: Arc<Vec<PathBuf>>,
+    /// Services shared by sources of one kind (one input thread for all
+    /// file sources, say), created by the first source that needs one.
+    pub shared: Arc<SharedServices>,
+    /// Agent-wide settings.
+    pub engine: EngineOptions,
+}
+
+/// Services that sources of one kind share, by type. The topology owns
+/// it; dropping it stops whatever is left.
+#[derive(Default)]
+pub struct SharedServices {
+    services: parking_lot::Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl SharedServices {
+    /// The service of type `T`, created with `make` if there is none yet.
+    pub fn get_or_try_init<T: Any + Send + Sync>(
+        &self,
+        make: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<Arc<T>> {
+        let mut m = self.services.lock();
+        if let Some(s) = m.get(&TypeId::of::<T>()) {
+            if let Ok(t) = s.clone().downcast::<T>() {
+                return Ok(t);
+            }
+        }
+        let t = Arc::new(make()?);
+        m.insert(TypeId::of::<T>(), t.clone());
+        Ok(t)
+    }
+
+    /// Every service, for health checks and shutdown.
+    pub fn all(&self) -> Vec<Arc<dyn Any + Send + Sync>> {
+        self.services.lock().values().cloned().collect()
+    }
+}
+
+/// A parsed `processors:` entry.
+pub trait ProcessorConfig: std::fmt::Debug + Send + Sync {
+    /// The `type:` name.
+    fn type_name(&self) -> &'static str;
+    /// Creates the running processor; `metrics` are its counters.
+    fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Box<dyn Processor>>;
+}
+
+/// A parsed `sinks:` entry.
+pub trait SinkConfig: std::fmt::Debug + Send + Sync {
+    /// The `type:` name.
+    fn type_name(&self) -> &'static str;
+    /// Creates the running sink; `metrics` are its counters.
+    fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>>;
+    /// The local file this sink writes, when it writes one: sources must
+    /// not read it back unless it says so.
+    fn output_file(&self) -> Option<OutputFile<'_>> {
+        None
+    }
+}
+
+/// A local file written by a sink.
+#[derive(Debug, Clone, Copy)]
+pub struct OutputFile<'a> {
+    /// The path as configured (absolute).
+    pub path: &'a Path,
+    /// The config key that names it, for error messages.
+    pub key: &'static str,
+    /// Other pipelines may read it (chaining pipelines through a file);
+    /// the same pipeline never may.
+    pub read_back: bool,
+}
+
+/// How a plugin kind is registered: its type name, the keys it accepts
+/// (for `validate` and suggestions) and its parser. The config loader and
+/// the topology only ever iterate these.
+pub struct Plugin<C: ?Sized> {
+    /// The `type:` name.
+    pub type_name: &'static str,
+    /// Keys accepted in its config entry (`type` and `id` included).
+    pub keys: &'static [&'static str],
+    /// Reads an entry; problems go to the map's error list.
+    pub parse: fn(Map<'_>) -> Option<Arc<C>>,
+}
+
+/// A source kind.
+pub type SourcePlugin = Plugin<dyn SourceConfig>;
+/// A processor kind.
+pub type ProcessorPlugin = Plugin<dyn ProcessorConfig>;
+/// A sink kind.
+pub type SinkPlugin = Plugin<dyn SinkConfig>;

@@ -62,9 +62,7 @@ fn group<'a>(c: &'a mut Criterion, name: &str, buf: &Bytes) -> BenchmarkGroup<'a
 fn batch(buf: &Bytes, spans: &[Span]) -> EventBatch {
     let mut b = EventBatch::new(
         buf.clone(),
-        Arc::new(SourceInfo {
-            path: "/bench.log".into(),
-        }),
+        Arc::new(SourceInfo::file("/bench.log", Default::default())),
     );
     b.events = spans.iter().map(|s| Event::from_span(*s)).collect();
     b

@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use petrel_core::config::{closest, parse_yaml, ConfigError, ConfigErrors, Node};
+use petrel_core::plugin::{Plugin, ProcessorConfig, SinkConfig, SourceConfig};
 
-use crate::processors::{self, ProcessorConfig};
-use crate::sinks::{self, SinkConfig};
-use crate::sources::{self, SourceConfig};
+use crate::registry;
 
 /// One pipeline: sources → processors → sinks.
 #[derive(Debug, Clone)]
@@ -17,12 +16,15 @@ pub struct PipelineConfig {
     pub name: String,
     /// The file it came from.
     pub file: PathBuf,
+    /// The file's text with environment variables expanded: on reload, a
+    /// pipeline whose text did not change keeps running untouched.
+    pub text: Arc<str>,
     /// Sources with their ids.
-    pub sources: Vec<(String, SourceConfig)>,
+    pub sources: Vec<(String, Arc<dyn SourceConfig>)>,
     /// Processors with their ids, in order.
-    pub processors: Vec<(String, ProcessorConfig)>,
+    pub processors: Vec<(String, Arc<dyn ProcessorConfig>)>,
     /// Sinks with their ids.
-    pub sinks: Vec<(String, SinkConfig)>,
+    pub sinks: Vec<(String, Arc<dyn SinkConfig>)>,
 }
 
 const TOP_KEYS: &[&str] = &["sources", "processors", "sinks"];
@@ -114,26 +116,28 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
     let mut p = PipelineConfig {
         name,
         file: path.to_path_buf(),
+        text: text.as_str().into(),
         sources: Vec::new(),
         processors: Vec::new(),
         sinks: Vec::new(),
     };
     if let Some(m) = root.as_map(TOP_KEYS) {
         if let Some(n) = m.required("sources", "[{ type: file, include: [\"/var/log/*.log\"] }]") {
-            p.sources = section(n, "source", sources::parse);
+            p.sources = section(n, "source", registry::SOURCES).0;
             if n.as_list().is_empty() {
                 n.error("`sources` is empty; add at least one source, e.g. `- type: file`");
             }
         }
         if let Some(n) = m.get("processors") {
-            p.processors = section(n, "processor", processors::parse);
+            p.processors = section(n, "processor", registry::PROCESSORS).0;
         }
         if let Some(n) = m.required("sinks", "[{ type: stdout }]") {
-            p.sinks = section(n, "sink", sinks::parse);
+            let (sinks, nodes) = section(n, "sink", registry::SINKS);
             if n.as_list().is_empty() {
                 n.error("`sinks` is empty; add at least one sink, e.g. `- type: stdout`");
             }
-            check_feedback(n, &p.sources);
+            check_feedback(&sinks, &nodes, &p.sources);
+            p.sinks = sinks;
         }
     } else if errs.is_empty() {
         root.error("the file is empty; it needs `sources` and `sinks`");
@@ -156,63 +160,167 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
 
 /// Reports file sinks whose output a file source of the same pipeline
 /// reads: the pipeline would read back everything it writes, forever (and
-/// fill the disk).
-fn check_feedback(sinks: Node<'_>, sources: &[(String, SourceConfig)]) {
-    use crate::sources::file::discovery::compile_glob;
-    use petrel_core::config::YamlNode;
-    let build = |pats: &[String]| {
-        let mut b = globset::GlobSetBuilder::new();
-        for p in pats {
-            if let Ok(g) = compile_glob(p) {
-                b.add(g);
-            }
-        }
-        b.build().ok()
-    };
+/// fill the disk). Paths are compared both as written (without `..`) and
+/// with symlinks resolved, so neither hides the loop.
+fn check_feedback(
+    sinks: &[(String, Arc<dyn SinkConfig>)],
+    nodes: &[Node<'_>],
+    sources: &[(String, Arc<dyn SourceConfig>)],
+) {
     let mut readers = Vec::new();
     for (id, src) in sources {
-        match src {
-            SourceConfig::File(fc) => {
-                if let (Some(inc), Some(exc)) = (build(&fc.include), build(&fc.exclude)) {
-                    readers.push((id, inc, exc));
-                }
-            }
+        if let Some((inc, exc)) = src.read_globs() {
+            readers.push((id, ReadMatcher::new(inc, exc)));
         }
     }
-    if readers.is_empty() || !matches!(sinks.raw(), YamlNode::Sequence(_)) {
+    if readers.is_empty() {
         return;
     }
-    let scalar = |n: Node<'_>| match n.raw() {
-        YamlNode::Scalar(s) => Some(s.as_str().to_string()),
-        _ => None,
-    };
-    for item in sinks.as_list() {
-        let Some(m) = item.as_map_quiet() else {
+    for ((_, sink), node) in sinks.iter().zip(nodes) {
+        let Some(out) = sink.output_file() else {
             continue;
         };
-        if m.get("type").and_then(scalar).as_deref() != Some("file") {
-            continue;
-        }
-        let Some(pn) = m.get("path") else { continue };
-        let Some(given) = scalar(pn) else { continue };
-        let path = resolve_path(pn, &given);
-        if let Some((id, _, _)) = readers
-            .iter()
-            .find(|(_, inc, exc)| inc.is_match(&path) && !exc.is_match(&path))
-        {
-            pn.error(format!(
+        let key_node = node
+            .as_map_quiet()
+            .and_then(|m| m.get(out.key))
+            .unwrap_or(*node);
+        if let Some((id, _)) = readers.iter().find(|(_, m)| m.reads(out.path)) {
+            let given = match key_node.raw() {
+                petrel_core::config::YamlNode::Scalar(s) => s.as_str().to_string(),
+                _ => out.path.display().to_string(),
+            };
+            key_node.error(format!(
                 "the file sink writes `{given}`, which source `{id}` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"
             ));
         }
     }
 }
 
-fn section<T>(n: Node<'_>, what: &str, parse: fn(Node<'_>) -> Option<T>) -> Vec<(String, T)> {
-    let mut out: Vec<(String, T)> = Vec::new();
+/// Tells whether a file source's globs match a path, under every spelling
+/// of it: lexically normalised and with symlinks resolved, against globs
+/// whose literal directory is also resolved.
+pub struct ReadMatcher {
+    include: Vec<globset::GlobSet>,
+    exclude: Vec<globset::GlobSet>,
+}
+
+impl ReadMatcher {
+    /// Compiles `include` and `exclude` (absolute globs), each also with
+    /// its literal leading directory resolved through symlinks.
+    pub fn new(include: &[String], exclude: &[String]) -> Self {
+        let variants = |pats: &[String]| {
+            let mut sets = Vec::new();
+            for resolve in [false, true] {
+                let mut b = globset::GlobSetBuilder::new();
+                for p in pats {
+                    let p = if resolve {
+                        resolve_glob_root(p)
+                    } else {
+                        p.clone()
+                    };
+                    if let Ok(g) = crate::sources::file::discovery::compile_glob(&p) {
+                        b.add(g);
+                    }
+                }
+                if let Ok(set) = b.build() {
+                    sets.push(set);
+                }
+            }
+            sets
+        };
+        Self {
+            include: variants(include),
+            exclude: variants(exclude),
+        }
+    }
+
+    /// True when some spelling of `path` is included and not excluded.
+    pub fn reads(&self, path: &Path) -> bool {
+        spellings(path).iter().any(|p| {
+            self.include.iter().any(|s| s.is_match(p))
+                && !self.exclude.iter().any(|s| s.is_match(p))
+        })
+    }
+}
+
+/// `path` without `.` and `..` (lexically), and with its existing part
+/// resolved through symlinks.
+pub fn spellings(path: &Path) -> Vec<PathBuf> {
+    let mut lexical = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let mut out = vec![lexical.clone()];
+    // The file may not exist yet: resolve the deepest existing ancestor.
+    let mut tail = Vec::new();
+    let mut cur = lexical.as_path();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            let mut r = real;
+            for t in tail.iter().rev() {
+                r.push(t);
+            }
+            if r != lexical {
+                out.push(r);
+            }
+            break;
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// `pattern` with its literal leading directories resolved through
+/// symlinks (unchanged when they do not exist).
+fn resolve_glob_root(pattern: &str) -> String {
+    let (root, _) = crate::sources::file::discovery::walk_root(pattern);
+    let Ok(real) = std::fs::canonicalize(&root) else {
+        return pattern.to_string();
+    };
+    let root_s = root.to_string_lossy();
+    match pattern.strip_prefix(root_s.as_ref()) {
+        Some(rest) => format!("{}{}", globset::escape(&real.to_string_lossy()), rest),
+        None => pattern.to_string(),
+    }
+}
+
+/// Parses each entry of a `sources:`, `processors:` or `sinks:` list with
+/// the registered plugin of its `type`. Returns the entries with their ids,
+/// and the node of each (for checks across entries).
+fn section<'a, C: ?Sized>(
+    n: Node<'a>,
+    what: &str,
+    plugins: &[&Plugin<C>],
+) -> (Vec<(String, Arc<C>)>, Vec<Node<'a>>) {
+    let types = registry::type_names(plugins);
+    let mut out: Vec<(String, Arc<C>)> = Vec::new();
+    let mut nodes = Vec::new();
     for (i, item) in n.as_list().into_iter().enumerate() {
-        let Some(cfg) = parse(item) else { continue };
+        let Some(ty) = component_type(item, &types, what) else {
+            continue;
+        };
+        let Some(plugin) = plugins.iter().find(|p| p.type_name == ty) else {
+            continue;
+        };
+        let Some(map) = item.as_map(plugin.keys) else {
+            continue;
+        };
+        let Some(cfg) = (plugin.parse)(map) else {
+            continue;
+        };
         let m = item.as_map_quiet();
-        let ty = m.and_then(|m| m.str("type")).unwrap_or(what);
         let id = m
             .and_then(|m| m.str("id"))
             .map(str::to_string)
@@ -223,8 +331,9 @@ fn section<T>(n: Node<'_>, what: &str, parse: fn(Node<'_>) -> Option<T>) -> Vec<
             ));
         }
         out.push((id, cfg));
+        nodes.push(item);
     }
-    out
+    (out, nodes)
 }
 
 /// Reads `type:` of a component and checks it against `types`.

@@ -8,6 +8,7 @@ pub mod config;
 pub mod data_dir;
 pub mod gen;
 pub mod processors;
+pub mod registry;
 pub mod sinks;
 pub mod sources;
 pub mod topology;

@@ -59,9 +59,34 @@ struct RunArgs {
     /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG.
     #[arg(long)]
     log_level: Option<String>,
-    /// Longest wait, in seconds, for in-flight data at shutdown.
+    /// Longest wait, in seconds, for in-flight data at shutdown (and for
+    /// draining a pipeline changed by a reload).
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
+    /// How long offsets of files that are not seen (a directory not
+    /// mounted yet, a pipeline removed) are kept, e.g. 7d, 12h, 3600s.
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    checkpoint_ttl: Duration,
+    /// Do not watch `--config` for changes (reload with SIGHUP or
+    /// `POST /reload` only).
+    #[arg(long)]
+    no_watch_config: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration such as 7d, 12h, 30m or 3600s"))?;
+    let secs = match unit {
+        "" | "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86400),
+        _ => None,
+    }
+    .ok_or_else(|| format!("`{s}` is not a duration such as 7d, 12h, 30m or 3600s"))?;
+    Ok(Duration::from_secs(secs))
 }
 
 #[derive(clap::Args, Debug)]
@@ -218,6 +243,7 @@ fn run(a: RunArgs) -> Result<(), RunError> {
         threads,
         memory_limit: a.memory_limit as usize,
         shutdown_timeout,
+        checkpoint_ttl: a.checkpoint_ttl,
     };
     // Sinks only do I/O and hand writes to the blocking pool; one runtime
     // thread serves every sink and the API.
@@ -236,10 +262,21 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     let metrics = petrel_core::Metrics::new();
     let budget = petrel_core::MemoryBudget::new(opts.memory_limit);
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Control>();
+    let (api_reload_tx, api_reload_rx) = crossbeam_channel::unbounded::<api::ReloadRequest>();
     forward_signals(ctl_tx.clone())?;
-    runtime.spawn(api::serve(listener, metrics.clone(), budget.clone()));
+    if !a.no_watch_config {
+        if let Err(e) = watch_config(&a.config, ctl_tx.clone()) {
+            tracing::warn!(error = %e, "cannot watch the configuration for changes; reload with SIGHUP or POST /reload");
+        }
+    }
+    runtime.spawn(api::serve(
+        listener,
+        metrics.clone(),
+        budget.clone(),
+        api_reload_tx,
+    ));
     tracing::info!("API listening on http://{addr}");
-    let topo = topology::Topology::start(&pipelines, &opts, metrics.clone(), budget, runtime)?;
+    let mut topo = topology::Topology::start(&pipelines, &opts, metrics.clone(), budget, runtime)?;
     tracing::info!(
         pipelines = pipelines.len(),
         threads,
@@ -248,24 +285,23 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     );
     let mut failure = None;
     loop {
-        match ctl_rx.recv_timeout(Duration::from_secs(1)) {
-            Ok(Control::Stop(sig)) => {
-                tracing::info!(signal = sig, "stopping: draining in-flight data");
-                break;
-            }
-            Ok(Control::Reload(why)) => {
-                tracing::info!(trigger = why, "configuration reload requested");
-                match config::load(&a.config) {
-                    Ok(_) => tracing::warn!("the configuration is valid, but applying it needs a restart in this version"),
-                    Err(errs) => {
-                        for e in errs {
-                            tracing::error!("reload refused: {e}");
-                        }
-                    }
+        crossbeam_channel::select! {
+            recv(ctl_rx) -> msg => match msg {
+                Ok(Control::Stop(sig)) => {
+                    tracing::info!(signal = sig, "stopping: draining in-flight data");
+                    break;
                 }
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                Ok(Control::Reload(why)) => {
+                    let _ = reload(&a.config, &mut topo, &metrics, why);
+                }
+                Err(_) => break,
+            },
+            recv(api_reload_rx) -> req => {
+                if let Ok(answer) = req {
+                    let _ = answer.send(reload(&a.config, &mut topo, &metrics, "POST /reload"));
+                }
+            },
+            default(Duration::from_secs(1)) => {}
         }
         let dead = topo.dead_threads();
         if !dead.is_empty() {
@@ -281,7 +317,9 @@ fn run(a: RunArgs) -> Result<(), RunError> {
         }
     }
     let deadline = Instant::now() + opts.shutdown_timeout;
-    topo.shutdown(deadline);
+    if let Err(e) = topo.shutdown(deadline) {
+        failure.get_or_insert(e);
+    }
     match failure {
         Some(e) => Err(RunError::Other(e)),
         None => {
@@ -289,6 +327,110 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             Ok(())
         }
     }
+}
+
+/// Loads the configuration again and applies it. An invalid one changes
+/// nothing: the running pipelines stay and the errors are logged.
+fn reload(
+    path: &std::path::Path,
+    topo: &mut topology::Topology,
+    metrics: &petrel_core::Metrics,
+    why: &str,
+) -> Result<String, String> {
+    let count = |result: &str| {
+        metrics
+            .config_reloads
+            .get_or_create(&vec![("result".to_string(), result.to_string())])
+            .inc();
+    };
+    tracing::info!(trigger = why, "reloading the configuration");
+    let pipelines = match config::load(path) {
+        Ok(p) => p,
+        Err(errs) => {
+            let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+            for e in &text {
+                tracing::error!("reload refused, the running configuration stays: {e}");
+            }
+            count("failed");
+            return Err(text.join("\n"));
+        }
+    };
+    match topo.apply(pipelines) {
+        Ok(done) => {
+            let summary = format!(
+                "added {:?}, changed {:?}, removed {:?}, unchanged {}",
+                done.added, done.changed, done.removed, done.unchanged
+            );
+            if done.added.is_empty() && done.changed.is_empty() && done.removed.is_empty() {
+                count("unchanged");
+            } else {
+                count("applied");
+            }
+            tracing::info!("configuration reloaded: {summary}");
+            Ok(summary)
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "reload failed");
+            count("failed");
+            Err(format!("{e:#}"))
+        }
+    }
+}
+
+/// Asks for a reload when a file under `path` (a pipeline file, or the
+/// directory of them) is written, created, moved or deleted. Editors save
+/// in several steps; changes are gathered for a moment first.
+fn watch_config(
+    path: &std::path::Path,
+    tx: crossbeam_channel::Sender<Control>,
+) -> std::io::Result<()> {
+    use inotify::{Inotify, WatchMask};
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(|p| p.to_path_buf())
+            .unwrap_or_else(|| PathBuf::from("."))
+    };
+    let file_name = (!path.is_dir()).then(|| path.file_name().map(|n| n.to_os_string()));
+    let mut ino = Inotify::init()?;
+    ino.watches().add(
+        &dir,
+        WatchMask::CLOSE_WRITE
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::CREATE
+            | WatchMask::DELETE,
+    )?;
+    std::thread::Builder::new()
+        .name("petrel-config-watch".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let Ok(events) = ino.read_events_blocking(&mut buf) else {
+                    return;
+                };
+                let relevant = events.into_iter().any(|ev| {
+                    let Some(name) = ev.name else { return false };
+                    let p = std::path::Path::new(name);
+                    match &file_name {
+                        Some(Some(f)) => name == f.as_os_str(),
+                        _ => matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")),
+                    }
+                });
+                if !relevant {
+                    continue;
+                }
+                // Let a multi-step save finish, and take its other events.
+                std::thread::sleep(Duration::from_millis(300));
+                let _ = ino.read_events(&mut buf);
+                if tx.send(Control::Reload("configuration changed")).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(())
 }
 
 /// Turns SIGINT/SIGTERM into a stop and SIGHUP into a reload (logrotate's

@@ -324,7 +324,11 @@ fn regex512_parse_regex_exact_fields() {
         assert!(!ev.has("timestamp"), "no event time was set: {ev}");
         // Layout: message first, then (apart from `file`, see the
         // dedicated test) the captured fields in pattern order.
-        let keys: Vec<&str> = ev.keys().into_iter().filter(|k| *k != "file").collect();
+        let keys: Vec<&str> = ev
+            .keys()
+            .into_iter()
+            .filter(|k| *k != "file" && *k != "host")
+            .collect();
         assert_eq!(
             keys,
             ["message", "time", "level", "pid", "line", "log"],
@@ -433,6 +437,12 @@ fn json512_parse_json_fields_equal_input() {
             assert_eq!(ev.s("file"), &*input.to_string_lossy(), "{ev}");
             got_map.remove("file");
         }
+        // `host` comes from the kernel, for every source.
+        assert_eq!(
+            got_map.remove("host").as_ref().and_then(|v| v.as_str()),
+            Some(common::hostname().as_str()),
+            "event {i}"
+        );
         assert_eq!(
             got_map,
             std::mem::take(&mut want_map),
@@ -443,7 +453,7 @@ fn json512_parse_json_fields_equal_input() {
         let order = |o: &Obj| -> Vec<String> {
             o.keys()
                 .into_iter()
-                .filter(|k| *k != "message" && *k != "file")
+                .filter(|k| *k != "message" && *k != "file" && *k != "host")
                 .map(str::to_string)
                 .collect()
         };
@@ -896,6 +906,7 @@ fn processor_chain_regex_timestamp_filter_fields_mask() {
     let mut want_keys = vec![
         "env",
         "file",
+        "host",
         "level",
         "message",
         "msg",
@@ -1095,7 +1106,7 @@ fn check_bad_input(pipe: &str, parser: &str, mode: Mode, cases: &[Case], events:
                 "{ctx}: parse_error should name the processor"
             );
             let mut keys = ev.keys();
-            keys.retain(|k| *k != "file");
+            keys.retain(|k| *k != "file" && *k != "host");
             let want: &[&str] = match mode {
                 Mode::Raw => &["message", "parse_error", "orig"],
                 _ => &["message", "parse_error"],

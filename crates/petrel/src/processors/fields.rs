@@ -253,9 +253,7 @@ pub(crate) mod test_support {
     pub(crate) fn batch_raw(buf: &[u8], spans: &[(usize, usize)]) -> EventBatch {
         let mut b = EventBatch::new(
             Bytes::copy_from_slice(buf),
-            Arc::new(SourceInfo {
-                path: "/var/log/t.log".into(),
-            }),
+            Arc::new(SourceInfo::file("/var/log/t.log", Default::default())),
         );
         b.events = spans
             .iter()
@@ -307,6 +305,26 @@ pub(crate) mod test_support {
         let errs = ConfigErrors::new();
         let c = Node::root(&file, &raw, &errs).as_map(keys).and_then(parse);
         (c, errs.into_vec().iter().map(|e| e.to_string()).collect())
+    }
+}
+
+/// Registration of `type: fields`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "fields",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "fields"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(Fields::new(self, metrics)?))
     }
 }
 

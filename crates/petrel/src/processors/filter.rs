@@ -207,6 +207,26 @@ pub(crate) fn value_text<'a>(
     scratch.get(..n)
 }
 
+/// Registration of `type: filter`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "filter",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "filter"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(Filter::new(self, metrics)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

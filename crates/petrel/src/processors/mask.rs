@@ -321,6 +321,26 @@ impl Processor for Mask {
     }
 }
 
+/// Registration of `type: mask`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "mask",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "mask"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(Mask::new(self, metrics)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fields::test_support::*;

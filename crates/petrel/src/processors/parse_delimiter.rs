@@ -444,6 +444,26 @@ impl Splitter {
     }
 }
 
+/// Registration of `type: parse_delimiter`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "parse_delimiter",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "parse_delimiter"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(ParseDelimiter::new(self, metrics)?))
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

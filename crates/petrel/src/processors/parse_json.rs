@@ -747,6 +747,26 @@ impl<'de> Visitor<'de> for FlatSeed<'_, '_> {
     }
 }
 
+/// Registration of `type: parse_json`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "parse_json",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "parse_json"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(ParseJson::new(self, metrics)?))
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -790,9 +810,7 @@ pub(crate) mod tests {
         }
         let mut b = EventBatch::new(
             Bytes::from(buf),
-            Arc::new(SourceInfo {
-                path: "/x.log".into(),
-            }),
+            Arc::new(SourceInfo::file("/x.log", Default::default())),
         );
         b.events = spans.into_iter().map(Event::from_span).collect();
         p.process(&mut b);

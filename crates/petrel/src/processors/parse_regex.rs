@@ -234,6 +234,26 @@ impl RegexMatcher {
     }
 }
 
+/// Registration of `type: parse_regex`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "parse_regex",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "parse_regex"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(ParseRegex::new(self, metrics)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -224,6 +224,26 @@ impl Processor for ParseTimestamp {
     }
 }
 
+/// Registration of `type: parse_timestamp`.
+pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
+    type_name: "parse_timestamp",
+    keys: KEYS,
+    parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::ProcessorConfig for Config {
+    fn type_name(&self) -> &'static str {
+        "parse_timestamp"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<Box<dyn petrel_core::plugin::Processor>> {
+        Ok(Box::new(ParseTimestamp::new(self, metrics)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fields::test_support::*;

@@ -52,3 +52,23 @@ impl Sink for BlackholeSink {
         })
     }
 }
+
+/// Registration of `type: blackhole`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "blackhole",
+    keys: KEYS,
+    parse: |m| BlackholeSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for BlackholeSinkConfig {
+    fn type_name(&self) -> &'static str {
+        "blackhole"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        Ok(std::sync::Arc::new(BlackholeSink::new(metrics)))
+    }
+}

@@ -13,7 +13,7 @@ use petrel_core::{ComponentMetrics, EventBatch};
 use super::writer::{self, Target};
 
 /// Keys accepted by the file sink.
-pub const KEYS: &[&str] = &["type", "id", "path", "encoding", "fsync"];
+pub const KEYS: &[&str] = &["type", "id", "path", "encoding", "fsync", "read_back"];
 
 /// Configuration of the file sink.
 #[derive(Debug, Clone)]
@@ -24,6 +24,9 @@ pub struct FileSinkConfig {
     pub encoding: Encoding,
     /// fdatasync after every write, before acknowledging.
     pub fsync: bool,
+    /// Other pipelines' file sources may read this file (chaining
+    /// pipelines through a file). Without it every file source skips it.
+    pub read_back: bool,
 }
 
 impl FileSinkConfig {
@@ -38,6 +41,7 @@ impl FileSinkConfig {
             path: crate::config::resolve_path(map.node(), path),
             encoding: super::parse_encoding(&map)?,
             fsync: map.bool("fsync").unwrap_or(false),
+            read_back: map.bool("read_back").unwrap_or(false),
         })
     }
 }
@@ -102,6 +106,34 @@ impl Sink for FileSink {
                 return;
             };
             writer::run(file, rx, self.fsync, self.metrics.clone()).await;
+        })
+    }
+}
+
+/// Registration of `type: file`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "file",
+    keys: KEYS,
+    parse: |m| FileSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for FileSinkConfig {
+    fn type_name(&self) -> &'static str {
+        "file"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        Ok(std::sync::Arc::new(FileSink::new(self, metrics)?))
+    }
+
+    fn output_file(&self) -> Option<petrel_core::plugin::OutputFile<'_>> {
+        Some(petrel_core::plugin::OutputFile {
+            path: &self.path,
+            key: "path",
+            read_back: self.read_back,
         })
     }
 }

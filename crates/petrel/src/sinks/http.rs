@@ -497,3 +497,23 @@ fn compress(c: Compression, body: &[u8]) -> std::io::Result<Vec<u8>> {
         Compression::Zstd => zstd::bulk::compress(body, 3),
     }
 }
+
+/// Registration of `type: http`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "http",
+    keys: KEYS,
+    parse: |m| HttpSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for HttpSinkConfig {
+    fn type_name(&self) -> &'static str {
+        "http"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        Ok(std::sync::Arc::new(HttpSink::new(self, metrics)?))
+    }
+}

@@ -74,3 +74,23 @@ impl Sink for StdoutSink {
         Box::pin(writer::run(Stdout, rx, false, self.metrics.clone()))
     }
 }
+
+/// Registration of `type: stdout`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "stdout",
+    keys: KEYS,
+    parse: |m| StdoutSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for StdoutSinkConfig {
+    fn type_name(&self) -> &'static str {
+        "stdout"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        Ok(std::sync::Arc::new(StdoutSink::new(self, metrics)))
+    }
+}

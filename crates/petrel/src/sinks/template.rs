@@ -95,7 +95,7 @@ mod tests {
         let t = tpl("app-{{ level }}").unwrap();
         let batch = EventBatch::new(
             bytes::Bytes::from_static(b"warn"),
-            Arc::new(petrel_core::SourceInfo { path: "/x".into() }),
+            Arc::new(petrel_core::SourceInfo::file("/x", Default::default())),
         );
         let mut ev = Event::from_span(Span::new(0, 0));
         let mut out = String::new();

@@ -1,20 +1,24 @@
-//! Wiring pipelines onto the shared threads: one input thread for all file
-//! sources, `--threads` processing workers, and one sink runtime whose
-//! tasks deliver and acknowledge.
+//! Wiring pipelines onto the shared threads: `--threads` processing
+//! workers, one sink runtime whose tasks deliver and acknowledge, and the
+//! sources, each started through its plugin with a [`SourceContext`].
+//!
+//! Pipelines are independent units: [`Topology::apply`] replaces the set
+//! of running pipelines with a new configuration, leaving the pipelines
+//! whose file did not change untouched, draining the changed and removed
+//! ones (their sources stop, everything in flight is acknowledged, offsets
+//! are checkpointed) and starting the new ones.
 
 pub mod workers;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use petrel_core::{MemoryBudget, Metrics, PipelineBudget};
+use petrel_core::plugin::{EngineOptions, SharedServices, Source, SourceContext};
+use petrel_core::{Key, MemoryBudget, Metrics, PipelineBudget};
 
 use crate::config::PipelineConfig;
-use crate::sinks::SinkConfig;
-use crate::sources::file::reader::ReadContext;
-use crate::sources::file::service::{FileService, ServiceOptions, SourceSpec};
-use crate::sources::SourceConfig;
 use workers::{PipelineRuntime, ProcessorSlot, SinkSlot, WorkerPool};
 
 /// Settings of `petrel run`.
@@ -26,37 +30,15 @@ pub struct RunOptions {
     pub threads: usize,
     /// Bytes of in-flight data for the whole process.
     pub memory_limit: usize,
-    /// Upper bound on draining at shutdown.
+    /// Upper bound on draining at shutdown (and per reload).
     pub shutdown_timeout: Duration,
+    /// How long offsets of files (and state of sources) not seen are kept.
+    pub checkpoint_ttl: Duration,
 }
 
 /// The smallest share of the memory limit a pipeline gets, so that with
 /// many pipelines each can still keep a couple of read blocks in flight.
 const MIN_PIPELINE_BUDGET: usize = 512 << 10;
-
-/// How long the file input, once caught up, lets new writes accumulate
-/// after inotify woke it. Every read costs a hand-off through each stage
-/// (processing pool, sink, acknowledgement, checkpoint); loggers that write
-/// every few milliseconds or every line made that the dominant cost at low
-/// rates. Data arriving while the input is still catching up is read at
-/// once.
-const IDLE_READ_DELAY: Duration = Duration::from_millis(50);
-
-/// Globs matching the files this agent writes itself. A file source whose
-/// include pattern also matches a file sink's output would read its own
-/// output forever, growing it without end; such files are always excluded.
-fn own_output_globs(pipelines: &[PipelineConfig]) -> Vec<String> {
-    let mut out = Vec::new();
-    for p in pipelines {
-        for (_, s) in &p.sinks {
-            if let SinkConfig::File(f) = s {
-                let path = std::path::absolute(&f.path).unwrap_or_else(|_| f.path.clone());
-                out.push(globset::escape(&path.to_string_lossy()));
-            }
-        }
-    }
-    out
-}
 
 /// Environment variable naming a text: events containing it make the
 /// pipeline panic. A test hook for panic isolation; never set in production.
@@ -85,12 +67,82 @@ fn fault_injection(metrics: &Arc<Metrics>, pipeline: &str) -> Option<ProcessorSl
     })
 }
 
+/// This host's name, from the kernel (`${HOSTNAME}` is a shell variable
+/// that systemd does not export).
+pub fn hostname() -> Arc<str> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; the kernel NUL-terminates
+    // names shorter than it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).as_ref().into()
+}
+
+/// Files written by sinks that `pipeline`'s sources must not read: its
+/// own sinks' outputs always, other pipelines' unless they allow reading
+/// back (chaining pipelines through a file, said explicitly).
+fn own_outputs(all: &[PipelineConfig], pipeline: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in all {
+        for (_, s) in &p.sinks {
+            if let Some(f) = s.output_file() {
+                if p.name == pipeline || !f.read_back {
+                    out.push(f.path.to_path_buf());
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A pipeline's components, built but not started: building can fail
+/// (a bad broker list, an unwritable path), starting cannot leave a
+/// half-replaced configuration behind.
+struct Built {
+    config: PipelineConfig,
+    processors: Vec<ProcessorSlot>,
+    sinks: Vec<(
+        Arc<dyn petrel_core::plugin::Sink>,
+        petrel_core::ComponentMetrics,
+    )>,
+    own_outputs: Arc<Vec<PathBuf>>,
+}
+
+/// A running pipeline.
+struct RunningPipeline {
+    config: PipelineConfig,
+    own_outputs: Arc<Vec<PathBuf>>,
+    sources: Vec<Box<dyn Source>>,
+    sink_tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What [`Topology::apply`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Pipelines started.
+    pub added: Vec<String>,
+    /// Pipelines drained and rebuilt.
+    pub changed: Vec<String>,
+    /// Pipelines drained and removed.
+    pub removed: Vec<String>,
+    /// Pipelines left running untouched.
+    pub unchanged: usize,
+}
+
 /// A running set of pipelines.
 pub struct Topology {
-    files: Option<FileService>,
     pool: Option<WorkerPool>,
     runtime: Option<tokio::runtime::Runtime>,
-    sink_tasks: Vec<tokio::task::JoinHandle<()>>,
+    shared: Arc<SharedServices>,
+    pipelines: BTreeMap<String, RunningPipeline>,
+    metrics: Arc<Metrics>,
+    opts: RunOptions,
+    meta: Arc<[(Key, Arc<str>)]>,
     /// The process-wide memory budget.
     pub budget: Arc<MemoryBudget>,
 }
@@ -106,110 +158,223 @@ impl Topology {
         runtime: tokio::runtime::Runtime,
     ) -> anyhow::Result<Self> {
         metrics.memory_limit.set(opts.memory_limit as i64);
-        let per_pipeline = (opts.memory_limit / pipelines.len().max(1))
-            .max(MIN_PIPELINE_BUDGET)
-            .min(opts.memory_limit);
-        let own_outputs = own_output_globs(pipelines);
         let pool = WorkerPool::start(opts.threads)?;
-        let mut sink_tasks = Vec::new();
-        let mut specs = Vec::new();
-        for p in pipelines {
-            let pbudget = PipelineBudget::new(budget.clone(), per_pipeline);
-            let mut processors = Vec::new();
-            for (id, c) in &p.processors {
-                let m = metrics.component(&p.name, "processor", id, c.type_name());
-                processors.push(ProcessorSlot {
-                    processor: c.build(m.clone())?,
-                    metrics: m,
-                });
-            }
-            let mut sinks = Vec::new();
-            for (id, c) in &p.sinks {
-                let m = metrics.component(&p.name, "sink", id, c.type_name());
-                let sink = c
-                    .build(m.clone())
-                    .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                sink_tasks.push(runtime.spawn(sink.clone().run(rx)));
-                sinks.push(SinkSlot {
-                    sink,
-                    tx,
-                    metrics: m,
-                    reorder: Default::default(),
-                });
-            }
-            if let Some(slot) = fault_injection(&metrics, &p.name) {
-                processors.insert(0, slot);
-            }
-            let rt = Arc::new(PipelineRuntime::new(
-                p.name.clone(),
-                processors,
-                sinks,
-                pbudget.clone(),
-                metrics.clone(),
-            ));
-            for (id, c) in &p.sources {
-                let m = metrics.component(&p.name, "source", id, c.type_name());
-                match c {
-                    SourceConfig::File(fc) => specs.push(SourceSpec {
-                        key: format!("{}/{id}", p.name),
-                        pipeline: p.name.clone(),
-                        config: {
-                            let mut fc = fc.clone();
-                            fc.exclude.extend(own_outputs.iter().cloned());
-                            fc
-                        },
-                        ctx: ReadContext {
-                            block_bytes: fc.read_block_bytes,
-                            max_line_bytes: fc.max_line_bytes,
-                            partial_line_timeout: fc.partial_line_timeout,
-                            emitter: pool.emitter(rt.clone()),
-                            budget: pbudget.clone(),
-                            sent_events: m.sent_events.clone(),
-                            sent_bytes: m.sent_bytes.clone(),
-                            split_lines: m.error_counter("line_too_long"),
-                            pauses: metrics
-                                .backpressure_pauses
-                                .get_or_create(&vec![("pipeline".to_string(), p.name.clone())])
-                                .clone(),
-                            read_errors: m.error_counter("read_failed"),
-                            truncations: m.error_counter("file_truncated"),
-                            multiline: fc.multiline.clone().map(Arc::new),
-                            multiline_cut: m.error_counter("multiline_cut"),
-                        },
-                    }),
+        let mut t = Self {
+            pool: Some(pool),
+            runtime: Some(runtime),
+            shared: Arc::new(SharedServices::default()),
+            pipelines: BTreeMap::new(),
+            metrics,
+            opts: opts.clone(),
+            meta: vec![(Key::Borrowed("host"), hostname())].into(),
+            budget,
+        };
+        t.apply(pipelines.to_vec())?;
+        Ok(t)
+    }
+
+    /// Makes `pipelines` the running set. Everything is built before
+    /// anything is stopped: if a component cannot be built, the running
+    /// pipelines stay as they are and the error is returned.
+    pub fn apply(&mut self, pipelines: Vec<PipelineConfig>) -> anyhow::Result<Applied> {
+        let mut applied = Applied::default();
+        let mut build = Vec::new();
+        for p in &pipelines {
+            let outputs = own_outputs(&pipelines, &p.name);
+            match self.pipelines.get(&p.name) {
+                Some(r) if r.config.text == p.text && *r.own_outputs == outputs => {
+                    applied.unchanged += 1;
+                }
+                Some(_) => {
+                    applied.changed.push(p.name.clone());
+                    build.push((p.clone(), outputs));
+                }
+                None => {
+                    applied.added.push(p.name.clone());
+                    build.push((p.clone(), outputs));
                 }
             }
         }
-        let files = FileService::start(
-            specs,
-            ServiceOptions {
-                data_dir: opts.data_dir.clone(),
-                rescan_interval: Duration::from_secs(10),
-                poll_interval: Duration::from_secs(1),
-                checkpoint_interval: Duration::from_secs(1),
-                deleted_file_timeout: Duration::from_secs(60),
-                rotated_file_idle: Duration::from_secs(5),
-                shutdown_timeout: opts.shutdown_timeout,
-                idle_read_delay: IDLE_READ_DELAY,
-            },
-            metrics.clone(),
-        )?;
-        Ok(Self {
-            files: Some(files),
-            pool: Some(pool),
-            runtime: Some(runtime),
-            sink_tasks,
-            budget,
+        applied.removed = self
+            .pipelines
+            .keys()
+            .filter(|n| !pipelines.iter().any(|p| &p.name == *n))
+            .cloned()
+            .collect();
+        let mut built = Vec::new();
+        for (p, outputs) in build {
+            built.push(self.build(p, outputs)?);
+        }
+        let mut stop_error = None;
+        for name in applied.removed.iter().chain(&applied.changed) {
+            if let Some(p) = self.pipelines.remove(name) {
+                if let Err(e) = self.stop_pipeline(p) {
+                    tracing::error!(pipeline = %name, error = %e, "pipeline did not stop cleanly");
+                    stop_error = Some(e);
+                }
+            }
+            self.metrics.health.forget_prefix(&format!("{name}/"));
+        }
+        // Each pipeline gets an equal share of the limit; pipelines that
+        // keep running keep theirs.
+        let per_pipeline = (self.opts.memory_limit / pipelines.len().max(1))
+            .max(MIN_PIPELINE_BUDGET)
+            .min(self.opts.memory_limit);
+        for b in built {
+            let name = b.config.name.clone();
+            let running = self.launch(b, per_pipeline)?;
+            self.pipelines.insert(name, running);
+        }
+        match stop_error {
+            Some(e) => Err(e),
+            None => Ok(applied),
+        }
+    }
+
+    fn build(&self, p: PipelineConfig, outputs: Vec<PathBuf>) -> anyhow::Result<Built> {
+        let mut processors = Vec::new();
+        for (id, c) in &p.processors {
+            let m = self
+                .metrics
+                .component(&p.name, "processor", id, c.type_name());
+            let processor = c
+                .build(m.clone())
+                .map_err(|e| anyhow::anyhow!("pipeline {} processor {id}: {e}", p.name))?;
+            processors.push(ProcessorSlot {
+                processor,
+                metrics: m,
+            });
+        }
+        if let Some(slot) = fault_injection(&self.metrics, &p.name) {
+            processors.insert(0, slot);
+        }
+        let mut sinks = Vec::new();
+        for (id, c) in &p.sinks {
+            let m = self.metrics.component(&p.name, "sink", id, c.type_name());
+            let sink = c
+                .build(m.clone())
+                .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
+            sinks.push((sink, m));
+        }
+        Ok(Built {
+            config: p,
+            processors,
+            sinks,
+            own_outputs: Arc::new(outputs),
         })
     }
 
-    /// Names of the agent's threads that died (they never should: a
-    /// panic is caught per batch). The process exits non-zero then.
+    fn launch(&mut self, b: Built, per_pipeline: usize) -> anyhow::Result<RunningPipeline> {
+        let (Some(pool), Some(rt)) = (&self.pool, &self.runtime) else {
+            anyhow::bail!("the agent is shutting down");
+        };
+        let p = b.config;
+        let budget = PipelineBudget::new(self.budget.clone(), per_pipeline);
+        let mut sinks = Vec::new();
+        let mut sink_tasks = Vec::new();
+        for (sink, metrics) in b.sinks {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            sink_tasks.push(rt.spawn(sink.clone().run(rx)));
+            sinks.push(SinkSlot {
+                sink,
+                tx,
+                metrics,
+                reorder: Default::default(),
+            });
+        }
+        let runtime = Arc::new(PipelineRuntime::new(
+            p.name.clone(),
+            b.processors,
+            sinks,
+            budget.clone(),
+            self.metrics.clone(),
+        ));
+        let emitter = pool.emitter(runtime);
+        let mut sources = Vec::new();
+        for (id, c) in &p.sources {
+            let ctx = SourceContext {
+                pipeline: p.name.clone(),
+                id: id.clone(),
+                key: format!("{}/{id}", p.name),
+                emitter: emitter.clone(),
+                budget: budget.clone(),
+                metrics: self.metrics.component(&p.name, "source", id, c.type_name()),
+                meta: self.meta.clone(),
+                own_outputs: b.own_outputs.clone(),
+                shared: self.shared.clone(),
+                engine: EngineOptions {
+                    data_dir: self.opts.data_dir.clone(),
+                    checkpoint_ttl: self.opts.checkpoint_ttl,
+                    shutdown_timeout: self.opts.shutdown_timeout,
+                },
+            };
+            match c.start(ctx) {
+                Ok(s) => sources.push(s),
+                Err(e) => {
+                    // Stop what this pipeline started, then report.
+                    let deadline = Instant::now() + self.opts.shutdown_timeout;
+                    for mut s in sources {
+                        s.begin_stop(deadline);
+                        let _ = s.wait_stopped(deadline);
+                    }
+                    for t in sink_tasks {
+                        t.abort();
+                    }
+                    anyhow::bail!("pipeline {} source {id}: {e}", p.name);
+                }
+            }
+        }
+        tracing::info!(pipeline = %p.name, sources = sources.len(), sinks = sink_tasks.len(), "pipeline started");
+        Ok(RunningPipeline {
+            config: p,
+            own_outputs: b.own_outputs,
+            sources,
+            sink_tasks,
+        })
+    }
+
+    /// Stops `p`'s sources (they answer once everything they emitted was
+    /// answered and their state is saved), then lets its sinks finish.
+    fn stop_pipeline(&mut self, p: RunningPipeline) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.opts.shutdown_timeout;
+        let result = stop_sources(p.sources, deadline);
+        self.join_sinks(p.sink_tasks, deadline);
+        tracing::info!(pipeline = %p.config.name, "pipeline stopped");
+        result
+    }
+
+    /// Waits for sink tasks until `deadline`, then aborts what is left
+    /// (their unacknowledged data is read again).
+    fn join_sinks(&self, tasks: Vec<tokio::task::JoinHandle<()>>, deadline: Instant) {
+        let Some(rt) = &self.runtime else { return };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+        rt.block_on(async {
+            let all = async {
+                for t in tasks {
+                    let _ = t.await;
+                }
+            };
+            if tokio::time::timeout(left, all).await.is_err() {
+                tracing::warn!("timeout reached with sinks still delivering; their data was not acknowledged and will be read again");
+                for a in aborts {
+                    a.abort();
+                }
+            }
+        });
+    }
+
+    /// Names of the agent's threads and sources that died (they never
+    /// should: a panic is caught per batch). The process exits non-zero
+    /// then.
     pub fn dead_threads(&self) -> Vec<String> {
         let mut dead = Vec::new();
-        if self.files.as_ref().is_some_and(|f| !f.is_alive()) {
-            dead.push("petrel-input".to_string());
+        for (name, p) in &self.pipelines {
+            for ((id, _), s) in p.config.sources.iter().zip(&p.sources) {
+                if !s.is_alive() {
+                    dead.push(format!("{name}/source/{id}"));
+                }
+            }
         }
         if let Some(p) = &self.pool {
             dead.extend(p.dead_threads());
@@ -219,30 +384,53 @@ impl Topology {
 
     /// Stops reading, drains in-flight data to the sinks, writes the final
     /// checkpoint, and stops every thread, all by `deadline`: one bound for
-    /// the whole shutdown, however many sinks are stuck.
-    pub fn shutdown(mut self, deadline: Instant) {
-        if let Some(f) = self.files.take() {
-            f.shutdown();
+    /// the whole shutdown, however many sinks are stuck. An error means
+    /// some source's final state could not be saved.
+    pub fn shutdown(mut self, deadline: Instant) -> anyhow::Result<()> {
+        let pipelines = std::mem::take(&mut self.pipelines);
+        let mut sources = Vec::new();
+        let mut tasks = Vec::new();
+        for (_, p) in pipelines {
+            sources.extend(p.sources);
+            tasks.extend(p.sink_tasks);
         }
-        // Dropping the pool's queue and the pipelines' sink senders lets
-        // each sink finish what it holds and return.
+        let result = stop_sources(sources, deadline);
+        // Shared services (the file input thread) write their final state
+        // when the last reference goes.
+        self.shared = Arc::new(SharedServices::default());
+        // Dropping the pool's queue lets each pipeline's runtime, and so
+        // its sink senders, go; each sink then finishes what it holds.
         if let Some(p) = self.pool.take() {
             p.join();
         }
+        self.join_sinks(tasks, deadline);
         if let Some(rt) = self.runtime.take() {
-            let tasks = std::mem::take(&mut self.sink_tasks);
-            let left = deadline.saturating_duration_since(Instant::now());
-            rt.block_on(async {
-                let all = async {
-                    for t in tasks {
-                        let _ = t.await;
-                    }
-                };
-                if tokio::time::timeout(left, all).await.is_err() {
-                    tracing::warn!("shutdown timeout reached with sinks still delivering; their data was not acknowledged and will be read again at the next start");
-                }
-            });
             rt.shutdown_timeout(Duration::from_millis(200));
         }
+        if self
+            .metrics
+            .health
+            .report()
+            .iter()
+            .any(|u| u.component == "checkpoint")
+        {
+            anyhow::bail!("the final checkpoint could not be written");
+        }
+        result
     }
+}
+
+/// Asks every source to stop, then waits for each, all by one deadline.
+fn stop_sources(mut sources: Vec<Box<dyn Source>>, deadline: Instant) -> anyhow::Result<()> {
+    for s in &mut sources {
+        s.begin_stop(deadline);
+    }
+    let mut result = Ok(());
+    for s in sources {
+        if let Err(e) = s.wait_stopped(deadline) {
+            tracing::error!(error = %e, "source did not stop cleanly");
+            result = Err(e);
+        }
+    }
+    result
 }

@@ -623,3 +623,10 @@ pub fn fds_pointing_at(pid: u32, path: &Path) -> Vec<String> {
     }
     hits
 }
+
+/// This machine's host name as the kernel knows it.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}

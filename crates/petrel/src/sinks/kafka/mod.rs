@@ -334,3 +334,23 @@ impl KafkaSink {
         drop(charge);
     }
 }
+
+/// Registration of `type: kafka`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "kafka",
+    keys: KEYS,
+    parse: |m| KafkaSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for KafkaSinkConfig {
+    fn type_name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn build(
+        &self,
+        metrics: ComponentMetrics,
+    ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        Ok(std::sync::Arc::new(KafkaSink::new(self, metrics)?))
+    }
+}

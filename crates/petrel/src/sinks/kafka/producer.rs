@@ -209,6 +209,10 @@ struct Topic {
     /// Partitions with a leader at the last metadata fetch; empty while
     /// unknown.
     partitions: Mutex<Vec<i32>>,
+    /// Some partitions had no leader at the last fetch (a topic just
+    /// created, a broker restarting): fetch again soon, or key-less
+    /// batches would skip those partitions for the whole refresh period.
+    incomplete: std::sync::atomic::AtomicBool,
     /// Round-robin position for key-less batches.
     next: AtomicU32,
     /// When partitions were last asked for (fetches run in the background).
@@ -257,10 +261,11 @@ impl Topic {
         let mut asked = self.asked.lock();
         // A topic that does not exist yet (created by the first produce)
         // has no partitions in its first answer: ask again soon.
-        let every = match self.partitions.lock().is_empty() {
-            true => Duration::from_secs(1),
-            false => PARTITIONS_REFRESH,
-        };
+        let every =
+            match self.partitions.lock().is_empty() || self.incomplete.load(Ordering::Relaxed) {
+                true => Duration::from_secs(1),
+                false => PARTITIONS_REFRESH,
+            };
         let due = asked.is_none_or(|t| t.elapsed() >= every);
         if due {
             *asked = Some(Instant::now());
@@ -349,6 +354,7 @@ impl SharedProducer {
                 RDKafkaErrorCode::InvalidTopic,
             ))?,
             partitions: Mutex::new(Vec::new()),
+            incomplete: std::sync::atomic::AtomicBool::new(false),
             next: AtomicU32::new(0),
             asked: Mutex::new(None),
         });
@@ -381,10 +387,12 @@ impl SharedProducer {
                 Ok(md) => {
                     // Partitions without a leader (their broker is down)
                     // are left out, as librdkafka's partitioner does.
-                    let parts: Vec<i32> = md
+                    let t = md
                         .topics()
                         .iter()
-                        .find(|t| t.name() == name && t.error().is_none())
+                        .find(|t| t.name() == name && t.error().is_none());
+                    let all = t.map_or(0, |t| t.partitions().len());
+                    let parts: Vec<i32> = t
                         .map(|t| {
                             t.partitions()
                                 .iter()
@@ -393,6 +401,7 @@ impl SharedProducer {
                                 .collect()
                         })
                         .unwrap_or_default();
+                    topic.incomplete.store(parts.len() < all, Ordering::Relaxed);
                     *topic.partitions.lock() = parts;
                 }
                 Err(e) => {

@@ -25,6 +25,9 @@ pub struct Entry {
     pub offset: u64,
     /// Last known path (informational).
     pub path: String,
+    /// When the file was last seen (unix seconds, to the hour); entries
+    /// of files not seen for `checkpoint_ttl` are forgotten.
+    pub seen: u64,
 }
 
 /// Entries keyed by source key (`pipeline/source id`) then identity.
@@ -72,6 +75,10 @@ impl CheckpointStore {
         let v: Value =
             serde_json::from_str(&text).map_err(|e| bad(&format!("not valid JSON: {e}")))?;
         let mut out = Snapshot::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         let sources = v
             .get("sources")
             .and_then(Value::as_object)
@@ -102,6 +109,8 @@ impl CheckpointStore {
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_string(),
+                    // Older checkpoints have no stamp: count from now.
+                    seen: f.get("seen").and_then(Value::as_u64).unwrap_or(now),
                 };
                 map.insert(e.id, e);
             }
@@ -125,7 +134,7 @@ impl CheckpointStore {
                     json!({
                         "dev": e.id.dev, "ino": e.id.ino,
                         "fp_len": e.fingerprint.len, "fp_hash": e.fingerprint.hash,
-                        "offset": e.offset, "path": e.path,
+                        "offset": e.offset, "path": e.path, "seen": e.seen,
                     })
                 })
                 .collect();
@@ -169,6 +178,7 @@ mod tests {
                 fingerprint: Fingerprint { len: 3, hash: 99 },
                 offset: 1234,
                 path: "/x".into(),
+                seen: 1_700_000_000,
             },
         );
         assert!(s.save(&snap).unwrap());

@@ -67,6 +67,8 @@ pub struct Found {
     pub path: PathBuf,
     /// Identity.
     pub id: FileId,
+    /// Size when found.
+    pub size: u64,
 }
 
 /// What changed since the last call, according to inotify.
@@ -96,6 +98,8 @@ pub struct Discovery {
     /// True once a watch could not be added (limit reached): scans must
     /// then run often.
     pub degraded: bool,
+    /// Directories whose last listing failed (reported once each).
+    failed_dirs: HashSet<PathBuf>,
 }
 
 impl Discovery {
@@ -140,6 +144,7 @@ impl Discovery {
             watched: HashSet::new(),
             inotify_buf: vec![0; 64 * 1024],
             degraded: false,
+            failed_dirs: HashSet::new(),
             moves: HashMap::new(),
         })
     }
@@ -150,21 +155,65 @@ impl Discovery {
         self.inotify.as_ref().map(|i| i.as_raw_fd())
     }
 
-    /// Walks every root and returns, per source, the matching files.
-    pub fn scan(&mut self) -> Vec<Vec<Found>> {
+    /// True when some include glob matches `path`.
+    pub fn may_match(&self, path: &Path) -> bool {
+        self.includes.is_match(path)
+    }
+
+    /// Walks every root and returns, per source, the matching files, and
+    /// the directories that could not be listed (their files are unknown
+    /// this time, not gone).
+    pub fn scan(&mut self) -> (Vec<Vec<Found>>, Vec<PathBuf>) {
         let mut out: Vec<Vec<Found>> = vec![Vec::new(); self.excludes.len()];
         let mut seen_dirs = HashMap::new();
         let roots = self.roots.clone();
         let mut hits = Vec::new();
+        let mut failed = Vec::new();
         for (root, depth) in roots {
-            self.walk(&root, depth, &mut seen_dirs, &mut out, &mut hits);
+            if !root.is_dir() {
+                // Nothing matches yet: watch the nearest existing ancestor
+                // so that the directory is picked up when it appears.
+                self.watch_ancestor(&root);
+                continue;
+            }
+            self.walk(
+                &root,
+                depth,
+                &mut seen_dirs,
+                &mut out,
+                &mut hits,
+                &mut failed,
+            );
         }
         // Roots may overlap, so a file can be found twice.
         for v in &mut out {
             v.sort_by(|a, b| a.path.cmp(&b.path));
             v.dedup_by(|a, b| a.path == b.path);
         }
-        out
+        for d in &failed {
+            if self.failed_dirs.insert(d.0.clone()) {
+                tracing::warn!(dir = %d.0.display(), error = %d.1,
+                    "cannot list directory; keeping the files already known there and retrying at the next scan");
+            }
+        }
+        let failed: Vec<PathBuf> = failed.into_iter().map(|(d, _)| d).collect();
+        self.failed_dirs.retain(|d| failed.contains(d));
+        (out, failed)
+    }
+
+    fn watch_ancestor(&mut self, dir: &Path) {
+        let mut cur = dir.parent();
+        while let Some(d) = cur {
+            if d.is_dir() {
+                if !self.watched.contains(d) {
+                    tracing::info!(dir = %dir.display(),
+                        "nothing matches yet: the directory does not exist; it will be picked up when it appears");
+                    self.watch(d);
+                }
+                return;
+            }
+            cur = d.parent();
+        }
     }
 
     fn walk(
@@ -174,6 +223,7 @@ impl Discovery {
         seen: &mut HashMap<PathBuf, Option<usize>>,
         out: &mut [Vec<Found>],
         hits: &mut Vec<usize>,
+        failed: &mut Vec<(PathBuf, std::io::Error)>,
     ) {
         // Walk a directory again only when this visit reaches deeper than
         // the previous one (overlapping roots with different depths).
@@ -184,16 +234,30 @@ impl Discovery {
         }
         seen.insert(dir.to_path_buf(), depth);
         self.watch(dir);
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return;
+        let rd = match std::fs::read_dir(dir) {
+            Ok(rd) => rd,
+            // Gone: its files are gone too (or moved, which rename
+            // tracking follows).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => {
+                failed.push((dir.to_path_buf(), e));
+                return;
+            }
         };
-        for entry in rd.flatten() {
+        for entry in rd {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    failed.push((dir.to_path_buf(), e));
+                    break;
+                }
+            };
             let Ok(ft) = entry.file_type() else { continue };
             let path = entry.path();
             if ft.is_dir() {
                 match depth {
                     Some(d) if d <= 1 => {}
-                    _ => self.walk(&path, depth.map(|d| d - 1), seen, out, hits),
+                    _ => self.walk(&path, depth.map(|d| d - 1), seen, out, hits, failed),
                 }
                 continue;
             }
@@ -213,6 +277,7 @@ impl Discovery {
                 out[src].push(Found {
                     path: path.clone(),
                     id,
+                    size: meta.len(),
                 });
             }
         }
@@ -256,6 +321,7 @@ impl Discovery {
                     Found {
                         path: new.clone(),
                         id: FileId::of(&meta),
+                        size: meta.len(),
                     },
                 ));
             }
@@ -283,10 +349,16 @@ impl Discovery {
                 self.watches.insert(wd, dir.to_path_buf());
                 self.watched.insert(dir.to_path_buf());
             }
+            // Removed between listing and watching: the next scan sees.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES)
+                ) => {}
             Err(e) => {
                 if !self.degraded {
                     tracing::warn!(dir = %dir.display(), error = %e,
-                        "cannot watch directory (inotify limit?); falling back to 1 s polling");
+                        "cannot watch directory (inotify watch limit reached: raise fs.inotify.max_user_watches); falling back to 1 s polling");
                 }
                 self.degraded = true;
             }
@@ -423,7 +495,7 @@ mod tests {
             },
         ])
         .unwrap();
-        let found = disc.scan();
+        let found = disc.scan().0;
         let names = |v: &Vec<Found>| {
             let mut n: Vec<String> = v
                 .iter()

@@ -14,9 +14,14 @@ pub mod reader;
 pub mod service;
 pub mod tracker;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use petrel_core::config::{Map, YamlNode};
+use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+
+use reader::ReadContext;
+use service::{FileService, ServiceOptions, SourceSpec};
 
 /// Keys accepted by the file source.
 pub const KEYS: &[&str] = &[
@@ -156,5 +161,131 @@ fn glob_of(n: petrel_core::config::Node<'_>, p: &str) -> Option<String> {
             ));
             None
         }
+    }
+}
+
+/// Registration of `type: file`.
+pub const PLUGIN: SourcePlugin = SourcePlugin {
+    type_name: "file",
+    keys: KEYS,
+    parse: |m| FileSourceConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+/// How long the file input, once caught up, lets new writes accumulate
+/// after inotify woke it. Every read costs a hand-off through each stage
+/// (processing pool, sink, acknowledgement, checkpoint); loggers that write
+/// every few milliseconds or every line made that the dominant cost at low
+/// rates. Data arriving while the input is still catching up is read at
+/// once.
+const IDLE_READ_DELAY: Duration = Duration::from_millis(50);
+
+impl petrel_core::plugin::SourceConfig for FileSourceConfig {
+    fn type_name(&self) -> &'static str {
+        "file"
+    }
+
+    fn read_globs(&self) -> Option<(&[String], &[String])> {
+        Some((&self.include, &self.exclude))
+    }
+
+    fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        let agent = ctx.metrics.metrics().clone();
+        // One input thread reads for every file source of every pipeline.
+        let service = ctx.shared.get_or_try_init(|| {
+            FileService::start(
+                ServiceOptions {
+                    data_dir: ctx.engine.data_dir.clone(),
+                    rescan_interval: Duration::from_secs(10),
+                    poll_interval: Duration::from_secs(1),
+                    checkpoint_interval: Duration::from_secs(1),
+                    deleted_file_timeout: Duration::from_secs(60),
+                    rotated_file_idle: Duration::from_secs(5),
+                    close_inactive: Duration::from_secs(300),
+                    checkpoint_ttl: ctx.engine.checkpoint_ttl,
+                    idle_read_delay: IDLE_READ_DELAY,
+                },
+                agent.clone(),
+            )
+        })?;
+        let mut config = self.clone();
+        for p in ctx.own_outputs.iter() {
+            for s in crate::config::spellings(p) {
+                config.exclude.push(globset::escape(&s.to_string_lossy()));
+            }
+        }
+        let m = &ctx.metrics;
+        let spec = SourceSpec {
+            key: ctx.key.clone(),
+            pipeline: ctx.pipeline.clone(),
+            own_outputs: ctx.own_outputs.clone(),
+            ctx: ReadContext {
+                block_bytes: config.read_block_bytes,
+                max_line_bytes: config.max_line_bytes,
+                partial_line_timeout: config.partial_line_timeout,
+                emitter: ctx.emitter.clone(),
+                budget: ctx.budget.clone(),
+                sent_events: m.sent_events.clone(),
+                sent_bytes: m.sent_bytes.clone(),
+                split_lines: m.error_counter("line_too_long"),
+                pauses: agent
+                    .backpressure_pauses
+                    .get_or_create(&vec![("pipeline".to_string(), ctx.pipeline.clone())])
+                    .clone(),
+                read_errors: m.error_counter("read_failed"),
+                truncations: m.error_counter("file_truncated"),
+                meta: ctx.meta.clone(),
+                multiline: config.multiline.clone().map(Arc::new),
+                multiline_cut: m.error_counter("multiline_cut"),
+            },
+            config,
+        };
+        service.add(spec);
+        Ok(Box::new(RunningFileSource {
+            service,
+            key: ctx.key,
+            stopped: None,
+        }))
+    }
+}
+
+/// A file source registered with the shared input thread.
+struct RunningFileSource {
+    service: Arc<FileService>,
+    key: String,
+    stopped: Option<(Instant, std::sync::mpsc::Receiver<bool>)>,
+}
+
+impl Source for RunningFileSource {
+    fn begin_stop(&mut self, deadline: Instant) {
+        if self.stopped.is_none() {
+            self.stopped = Some((deadline, self.service.remove(&self.key, deadline)));
+        }
+    }
+
+    fn wait_stopped(mut self: Box<Self>, deadline: Instant) -> anyhow::Result<()> {
+        if self.stopped.is_none() {
+            self.begin_stop(deadline);
+        }
+        let Some((deadline, rx)) = self.stopped.take() else {
+            return Ok(());
+        };
+        // The input thread answers by the deadline; a little slack for
+        // the final checkpoint write.
+        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(2);
+        match rx.recv_timeout(wait) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(anyhow::anyhow!(
+                "source {}: its final offsets could not be written to the checkpoint",
+                self.key
+            )),
+            Err(_) => Err(anyhow::anyhow!(
+                "source {}: the input thread did not answer the stop request",
+                self.key
+            )),
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        self.service.is_alive()
     }
 }

@@ -42,6 +42,8 @@ pub struct ReadContext {
     pub read_errors: Counter,
     /// Files found truncated (copytruncate) and re-read from 0.
     pub truncations: Counter,
+    /// Metadata fields of every batch (`host`, ...).
+    pub meta: Arc<[(petrel_core::Key, Arc<str>)]>,
     /// Joins lines into multiline events, when configured.
     pub multiline: Option<Arc<Multiline>>,
     /// Multiline events cut at `max_lines`/`max_bytes`.
@@ -100,11 +102,10 @@ impl FileReader {
         fingerprint: Fingerprint,
         file: File,
         id: FileId,
+        meta: Arc<[(petrel_core::Key, Arc<str>)]>,
     ) -> Self {
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let source = Arc::new(SourceInfo {
-            path: path.to_string_lossy().into(),
-        });
+        let source = Arc::new(SourceInfo::file(path.to_string_lossy(), meta));
         let mut r = Self {
             id,
             path,
@@ -141,6 +142,11 @@ impl FileReader {
         self.offset
     }
 
+    /// How long since the file last grew (or was opened).
+    pub fn idle_for(&self) -> std::time::Duration {
+        self.last_growth.elapsed()
+    }
+
     /// True while the file is open.
     pub fn is_open(&self) -> bool {
         self.file.is_some()
@@ -154,9 +160,10 @@ impl FileReader {
     /// Updates the path after a rename within the matched set.
     pub fn set_path(&mut self, path: PathBuf) {
         if path != self.path {
-            self.source = Arc::new(SourceInfo {
-                path: path.to_string_lossy().into(),
-            });
+            self.source = Arc::new(SourceInfo::file(
+                path.to_string_lossy(),
+                self.source.meta.clone(),
+            ));
             self.path = path;
         }
     }

@@ -26,6 +26,9 @@ pub struct SourceSpec {
     pub key: String,
     /// Pipeline name, for metric labels.
     pub pipeline: String,
+    /// Files this agent writes that this source must never read, checked
+    /// by identity at each scan (globs alone miss hard links and mounts).
+    pub own_outputs: Arc<Vec<PathBuf>>,
     /// The source's settings.
     pub config: FileSourceConfig,
     /// Read settings and handles.
@@ -34,7 +37,18 @@ pub struct SourceSpec {
 
 struct SourceState {
     spec: SourceSpec,
+    /// Scanned at least once (checkpoint and `read_from` applied).
+    scanned: bool,
+    /// The checkpoint had entries for this source at its first scan.
+    had_checkpoint: bool,
+    /// Being removed: reading stopped, waiting for in-flight batches.
+    stopping: Option<(Instant, std::sync::mpsc::Sender<bool>)>,
     readers: HashMap<FileId, FileReader>,
+    /// Checkpointed files not open now: not seen yet since the start (a
+    /// directory mounted late, briefly unreadable), or closed while idle.
+    /// Each resumes at its offset when its file is seen again, and is
+    /// forgotten after `checkpoint_ttl`.
+    pending: HashMap<FileId, Entry>,
     /// Readers closed while batches were in flight: kept until answered so
     /// their offsets still reach the checkpoint.
     closing: Vec<(
@@ -62,76 +76,108 @@ pub struct ServiceOptions {
     /// A file renamed away from the matched paths is closed after it has
     /// been at its end, not growing, for this long.
     pub rotated_file_idle: Duration,
-    /// Upper bound on waiting for in-flight data at shutdown.
-    pub shutdown_timeout: Duration,
+    /// A file at its end that did not grow for this long is closed (its
+    /// offset kept) and reopened when it grows, so that many idle files do
+    /// not hold a descriptor each.
+    pub close_inactive: Duration,
+    /// How long the offsets of a file that is not seen are kept.
+    pub checkpoint_ttl: Duration,
     /// Once every file is read to its end, how long to let new writes
     /// accumulate after being woken before reading them.
     pub idle_read_delay: Duration,
 }
 
-/// The running input thread.
+/// Changes to the set of sources, sent to the input thread.
+enum Command {
+    /// Start reading for a new source.
+    Add(Box<SourceSpec>),
+    /// Stop reading for the source with this key; answer once its
+    /// in-flight batches are answered (or `deadline` passed) and its
+    /// offsets are in a written checkpoint (`true`) or not (`false`).
+    Remove {
+        key: String,
+        deadline: Instant,
+        done: std::sync::mpsc::Sender<bool>,
+    },
+}
+
+/// The running input thread, shared by every file source of every
+/// pipeline. Sources join and leave while it runs (configuration reload),
+/// without disturbing the others.
 pub struct FileService {
-    handle: Option<std::thread::JoinHandle<()>>,
+    handle: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
+    commands: crossbeam_channel::Sender<Command>,
 }
 
 impl FileService {
-    /// Loads checkpoints and starts the thread.
-    pub fn start(
-        specs: Vec<SourceSpec>,
-        opts: ServiceOptions,
-        metrics: Arc<Metrics>,
-    ) -> anyhow::Result<Self> {
+    /// Loads checkpoints and starts the thread, with no sources yet.
+    pub fn start(opts: ServiceOptions, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         let store = CheckpointStore::open(&opts.data_dir)
             .map_err(|e| anyhow::anyhow!("data dir {}: {e}", opts.data_dir.display()))?;
         let saved = store.load()?;
-        let patterns: Vec<Patterns> = specs
-            .iter()
-            .map(|s| Patterns {
-                include: s.config.include.clone(),
-                exclude: s.config.exclude.clone(),
-            })
-            .collect();
-        let discovery = Discovery::new(&patterns)?;
+        let discovery = Discovery::new(&[])?;
         let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = crossbeam_channel::unbounded();
         let mut state = Input {
-            sources: specs
-                .into_iter()
-                .map(|spec| SourceState {
-                    spec,
-                    readers: HashMap::new(),
-                    closing: Vec::new(),
-                })
-                .collect(),
+            sources: Vec::new(),
             discovery,
             store,
             saved,
             opts,
             metrics,
-            first_scan: true,
             stop: stop.clone(),
+            commands: rx,
+            checkpoint_failing: false,
         };
         let handle = std::thread::Builder::new()
             .name("petrel-input".into())
             .spawn(move || state.run())?;
         Ok(Self {
-            handle: Some(handle),
+            handle: parking_lot::Mutex::new(Some(handle)),
             stop,
+            commands: tx,
         })
+    }
+
+    /// Starts reading for `spec`.
+    pub fn add(&self, spec: SourceSpec) {
+        // Fails only when the thread is gone, which `is_alive` reports.
+        let _ = self.commands.send(Command::Add(Box::new(spec)));
+    }
+
+    /// Stops reading for source `key`; the answer says whether its final
+    /// offsets were checkpointed.
+    pub fn remove(&self, key: &str, deadline: Instant) -> std::sync::mpsc::Receiver<bool> {
+        let (done, rx) = std::sync::mpsc::channel();
+        let _ = self.commands.send(Command::Remove {
+            key: key.to_string(),
+            deadline,
+            done,
+        });
+        rx
     }
 
     /// False once the input thread ended without being asked to (a panic).
     pub fn is_alive(&self) -> bool {
-        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+        self.handle
+            .lock()
+            .as_ref()
+            .is_some_and(|h| !h.is_finished())
     }
 
-    /// Stops reading, waits for in-flight data to be acknowledged (bounded),
-    /// and writes the final checkpoint.
-    pub fn shutdown(mut self) {
+    /// Stops the thread after draining what is left.
+    pub fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
+        if let Some(h) = self.handle.lock().take() {
             let _ = h.join();
         }
+    }
+}
+
+impl Drop for FileService {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
@@ -142,8 +188,9 @@ struct Input {
     saved: Snapshot,
     opts: ServiceOptions,
     metrics: Arc<Metrics>,
-    first_scan: bool,
     stop: Arc<AtomicBool>,
+    commands: crossbeam_channel::Receiver<Command>,
+    checkpoint_failing: bool,
 }
 
 impl Input {
@@ -158,6 +205,11 @@ impl Input {
         let mut last_scan = Instant::now() - MIN_RESCAN_GAP;
         let mut rescan_wanted = false;
         while !self.stop.load(Ordering::SeqCst) {
+            if self.handle_commands() {
+                rescan_wanted = true;
+                last_scan = Instant::now() - MIN_RESCAN_GAP;
+            }
+            self.finish_stopping();
             let changes = self.discovery.changes();
             let now = Instant::now();
             if !changes.renamed.is_empty() {
@@ -176,8 +228,8 @@ impl Input {
                 };
                 next_scan = Instant::now() + period;
             }
-            if !changes.modified.is_empty() {
-                self.mark_modified(&changes.modified);
+            if !changes.modified.is_empty() && self.mark_modified(&changes.modified) {
+                rescan_wanted = true;
             }
             if now >= next_refresh {
                 self.refresh_all();
@@ -236,15 +288,25 @@ impl Input {
     }
 
     fn scan(&mut self) {
-        let found = self.discovery.scan();
-        let first = std::mem::replace(&mut self.first_scan, false);
+        let (found, failed) = self.discovery.scan();
+        self.metrics.list_errors.inc_by(failed.len() as u64);
+        let under_failed = |p: &std::path::Path| failed.iter().any(|d| p.starts_with(d));
         for (src, files) in self.sources.iter_mut().zip(found) {
-            let saved = self.saved.remove(&src.spec.key);
+            if src.stopping.is_some() {
+                continue;
+            }
+            let first = !std::mem::replace(&mut src.scanned, true);
+            if first {
+                if let Some(saved) = self.saved.remove(&src.spec.key) {
+                    src.pending = saved;
+                    src.had_checkpoint = true;
+                }
+            }
             // `read_from: end` is for a source's very first start: once it
             // has a checkpoint, a file it does not know appeared while the
             // agent was down (a rotation) and is read from its beginning.
-            let may_start_at_end = first && saved.is_none();
-            let saved = saved.unwrap_or_default();
+            let may_start_at_end = first && !src.had_checkpoint;
+            let own = own_output_ids(&src.spec.own_outputs);
             let present: HashMap<FileId, &Found> = files.iter().map(|f| (f.id, f)).collect();
             for f in &files {
                 if let Some(r) = src.readers.get_mut(&f.id) {
@@ -252,21 +314,38 @@ impl Input {
                     r.detached_since = None;
                     continue;
                 }
-                if let Some(r) = open_reader(&src.spec, f, &saved, may_start_at_end) {
+                if own.contains(&f.id) {
+                    continue;
+                }
+                // Read to its end and idle: opened again once it grows.
+                if src.pending.get(&f.id).is_some_and(|e| e.offset == f.size) {
+                    continue;
+                }
+                if let Some(r) = open_reader(&src.spec, f, &src.pending, may_start_at_end) {
+                    src.pending.remove(&f.id);
                     src.readers.insert(f.id, r);
                 }
             }
             let now = Instant::now();
             if first {
-                resume_unmatched(src, &saved, &present, now);
+                resume_unmatched(src, &present, now);
             }
             for r in src.readers.values_mut() {
-                if !present.contains_key(&r.id) && r.detached_since.is_none() {
+                // A directory that could not be listed keeps its files:
+                // failing to list is not the files being gone.
+                if !present.contains_key(&r.id)
+                    && r.detached_since.is_none()
+                    && !under_failed(&r.path)
+                {
                     tracing::debug!(path = %r.path.display(), "file left the matched paths (rotated or deleted); reading it to its end");
                     r.detached_since = Some(now);
                     r.dirty = true;
                 }
             }
+            let ttl = self.opts.checkpoint_ttl.as_secs();
+            let now_s = unix_now();
+            src.pending
+                .retain(|_, e| now_s.saturating_sub(e.seen) <= ttl);
         }
     }
 
@@ -292,27 +371,46 @@ impl Input {
         }
     }
 
-    fn mark_modified(&mut self, paths: &[PathBuf]) {
-        let paths: std::collections::HashSet<&PathBuf> = paths.iter().collect();
+    /// Marks readers of modified files; true when a matching file that is
+    /// not open changed (an idle file closed by `close_inactive` grew), so
+    /// a scan should reopen it.
+    fn mark_modified(&mut self, paths: &[PathBuf]) -> bool {
+        let mut unknown: std::collections::HashSet<&PathBuf> = paths.iter().collect();
         for src in &mut self.sources {
             for r in src.readers.values_mut() {
-                if paths.contains(&r.path) {
+                if unknown.contains(&r.path) {
                     r.dirty = true;
                 }
             }
         }
+        for src in &self.sources {
+            for r in src.readers.values() {
+                unknown.remove(&r.path);
+            }
+        }
+        unknown.iter().any(|p| self.discovery.may_match(p))
     }
 
     fn refresh_all(&mut self) {
         let now = Instant::now();
         for src in &mut self.sources {
             let mut close = Vec::new();
+            let mut inactive = Vec::new();
             for r in src.readers.values_mut() {
                 r.refresh(&src.spec.ctx);
                 if r.deleted && r.detached_since.is_none() {
                     r.detached_since = Some(now);
                 }
                 let Some(since) = r.detached_since else {
+                    if !r.deleted
+                        && r.read_offset() >= r.size
+                        && !r.has_partial()
+                        && r.tracker.in_flight() == 0
+                        && !r.tracker.failed()
+                        && r.idle_for() >= self.opts.close_inactive
+                    {
+                        inactive.push(r.id);
+                    }
                     continue;
                 };
                 let at_end = r.read_offset() >= r.size && !r.has_partial();
@@ -342,6 +440,23 @@ impl Input {
                     ));
                 }
             }
+            for id in inactive {
+                if let Some(mut r) = src.readers.remove(&id) {
+                    tracing::debug!(path = %r.path.display(), "closing idle file; it is reopened when it grows");
+                    r.close();
+                    remove_file_gauges(&self.metrics, &src.spec.pipeline, &r.path);
+                    src.pending.insert(
+                        id,
+                        Entry {
+                            id,
+                            fingerprint: r.fingerprint,
+                            offset: r.tracker.committed(),
+                            path: r.path.to_string_lossy().into_owned(),
+                            seen: seen_stamp(),
+                        },
+                    );
+                }
+            }
             src.closing.retain(|c| c.3.in_flight() > 0);
         }
     }
@@ -351,6 +466,9 @@ impl Input {
         let mut progress = false;
         let mut paused = false;
         for src in &mut self.sources {
+            if src.stopping.is_some() {
+                continue;
+            }
             for r in src.readers.values_mut() {
                 // A failed delivery must be read again even when the file
                 // does not grow any more.
@@ -368,9 +486,107 @@ impl Input {
         (progress, paused)
     }
 
+    /// Applies queued source changes; true when the set of sources changed.
+    fn handle_commands(&mut self) -> bool {
+        let mut changed = false;
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                Command::Add(spec) => {
+                    self.sources.push(SourceState {
+                        spec: *spec,
+                        scanned: false,
+                        had_checkpoint: false,
+                        pending: HashMap::new(),
+                        stopping: None,
+                        readers: HashMap::new(),
+                        closing: Vec::new(),
+                    });
+                    changed = true;
+                }
+                Command::Remove {
+                    key,
+                    deadline,
+                    done,
+                } => match self.sources.iter_mut().find(|s| s.spec.key == key) {
+                    Some(src) => src.stopping = Some((deadline, done)),
+                    None => {
+                        let _ = done.send(true);
+                    }
+                },
+            }
+        }
+        if changed {
+            self.rebuild_discovery();
+        }
+        changed
+    }
+
+    fn rebuild_discovery(&mut self) {
+        let patterns: Vec<Patterns> = self
+            .sources
+            .iter()
+            .map(|s| Patterns {
+                include: s.spec.config.include.clone(),
+                exclude: s.spec.config.exclude.clone(),
+            })
+            .collect();
+        match Discovery::new(&patterns) {
+            Ok(d) => self.discovery = d,
+            // Globs were compiled when the configuration was validated.
+            Err(e) => tracing::error!(error = %e, "cannot watch the new set of file sources"),
+        }
+    }
+
+    /// Removes the stopping sources whose batches were all answered (or
+    /// whose deadline passed): their committed offsets are kept in the
+    /// checkpoint for a source that takes the same key later.
+    fn finish_stopping(&mut self) {
+        let now = Instant::now();
+        let ready: Vec<usize> = (0..self.sources.len())
+            .filter(|&i| {
+                let src = &self.sources[i];
+                src.stopping
+                    .as_ref()
+                    .is_some_and(|(deadline, _)| now >= *deadline || source_in_flight(src) == 0)
+            })
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        // The snapshot still holds the leaving sources' offsets.
+        let snap = self.snapshot();
+        let mut answers = Vec::new();
+        for &i in ready.iter().rev() {
+            let mut src = self.sources.remove(i);
+            if source_in_flight(&src) > 0 {
+                tracing::warn!(source = %src.spec.key, "stop deadline reached with batches in flight; they will be read again");
+            }
+            for r in src.readers.values_mut() {
+                r.close();
+                remove_file_gauges(&self.metrics, &src.spec.pipeline, &r.path);
+            }
+            if let Some(entries) = snap.get(&src.spec.key) {
+                self.saved.insert(src.spec.key.clone(), entries.clone());
+            }
+            if let Some((_, done)) = src.stopping.take() {
+                answers.push(done);
+            }
+        }
+        self.rebuild_discovery();
+        let ok = self.checkpoint();
+        for done in answers {
+            let _ = done.send(ok);
+        }
+    }
+
     fn snapshot(&self) -> Snapshot {
         let mut snap = Snapshot::new();
+        let seen = seen_stamp();
         for src in &self.sources {
+            if !src.scanned {
+                // Its checkpoint entries are still in `saved`.
+                continue;
+            }
             let m = snap.entry(src.spec.key.clone()).or_default();
             for r in src.readers.values() {
                 m.insert(
@@ -380,6 +596,7 @@ impl Input {
                         fingerprint: r.fingerprint,
                         offset: r.tracker.committed(),
                         path: r.path.to_string_lossy().into_owned(),
+                        seen,
                     },
                 );
             }
@@ -389,7 +606,11 @@ impl Input {
                     fingerprint: *fp,
                     offset: t.committed(),
                     path: path.clone(),
+                    seen,
                 });
+            }
+            for (id, e) in &src.pending {
+                m.entry(*id).or_insert_with(|| e.clone());
             }
         }
         // Entries of sources whose files were not seen yet stay as loaded.
@@ -399,7 +620,14 @@ impl Input {
         snap
     }
 
-    fn checkpoint(&mut self) {
+    /// Writes the checkpoint; false when that failed.
+    fn checkpoint(&mut self) -> bool {
+        let ttl = self.opts.checkpoint_ttl.as_secs();
+        let now = unix_now();
+        for entries in self.saved.values_mut() {
+            entries.retain(|_, e| now.saturating_sub(e.seen) <= ttl);
+        }
+        self.saved.retain(|_, e| !e.is_empty());
         let snap = self.snapshot();
         match self.store.save(&snap) {
             Ok(true) => {
@@ -407,9 +635,21 @@ impl Input {
             }
             Ok(false) => {}
             Err(e) => {
-                tracing::error!(path = %self.store.path().display(), error = %e, "cannot write checkpoint")
+                self.metrics.checkpoint_errors.inc();
+                self.metrics.health.fatal(
+                    "checkpoint",
+                    format!("cannot write {}: {e}", self.store.path().display()),
+                );
+                tracing::error!(path = %self.store.path().display(), error = %e, "cannot write checkpoint; retrying every second, offsets are kept in memory");
+                self.checkpoint_failing = true;
+                return false;
             }
         }
+        if std::mem::take(&mut self.checkpoint_failing) {
+            tracing::info!(path = %self.store.path().display(), "checkpoint written again");
+            self.metrics.health.recovered("checkpoint");
+        }
+        true
     }
 
     fn update_gauges(&self) {
@@ -440,40 +680,38 @@ impl Input {
     }
 
     fn in_flight(&self) -> usize {
-        self.sources
-            .iter()
-            .map(|s| {
-                s.readers
-                    .values()
-                    .map(|r| r.tracker.in_flight())
-                    .sum::<usize>()
-                    + s.closing.iter().map(|c| c.3.in_flight()).sum::<usize>()
-            })
-            .sum()
+        self.sources.iter().map(source_in_flight).sum()
     }
 
-    /// Waits (bounded) until every emitted batch was answered, then writes
-    /// the final checkpoint.
+    /// Writes the final checkpoint. Sources were stopped (and waited
+    /// for) one by one before; anything still in flight now is read again
+    /// at the next start.
     fn drain(&mut self) {
-        let deadline = Instant::now() + self.opts.shutdown_timeout;
-        loop {
-            let n = self.in_flight();
-            if n == 0 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                tracing::warn!(
-                    batches = n,
-                    "shutdown timeout: batches still in flight will be read again at next start"
-                );
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let n = self.in_flight();
+        if n > 0 {
+            tracing::warn!(
+                batches = n,
+                "stopping with batches in flight; they will be read again at next start"
+            );
         }
-        self.checkpoint();
+        if self.checkpoint() {
+            tracing::info!(path = %self.store.path().display(), "final checkpoint written");
+        } else {
+            self.metrics
+                .health
+                .fatal("checkpoint", "the final checkpoint could not be written");
+        }
         self.update_gauges();
-        tracing::info!(path = %self.store.path().display(), "final checkpoint written");
     }
+}
+
+/// Batches of `src` not answered yet.
+fn source_in_flight(src: &SourceState) -> usize {
+    src.readers
+        .values()
+        .map(|r| r.tracker.in_flight())
+        .sum::<usize>()
+        + src.closing.iter().map(|c| c.3.in_flight()).sum::<usize>()
 }
 
 /// Files the checkpoint still has unread data of but that no include
@@ -482,14 +720,10 @@ impl Input {
 /// known path, then by identity in that directory, and read to its end
 /// like any rotated file. One that is gone is reported, since its unread
 /// tail is lost.
-fn resume_unmatched(
-    src: &mut SourceState,
-    saved: &HashMap<FileId, Entry>,
-    present: &HashMap<FileId, &Found>,
-    now: Instant,
-) {
+fn resume_unmatched(src: &mut SourceState, present: &HashMap<FileId, &Found>, now: Instant) {
     let mut dirs: HashMap<PathBuf, Vec<(FileId, PathBuf)>> = HashMap::new();
-    for (id, e) in saved {
+    let mut resumed = Vec::new();
+    for (id, e) in &src.pending {
         if present.contains_key(id) || src.readers.contains_key(id) {
             continue;
         }
@@ -507,16 +741,21 @@ fn resume_unmatched(
                 .map(|(_, p)| p.clone())
         });
         let Some(path) = path else {
-            tracing::warn!(path = %e.path, offset = e.offset,
-                "a checkpointed file is gone: anything written to it after this offset was not read");
+            // Kept for `checkpoint_ttl`: its directory may be mounted late.
+            tracing::info!(path = %e.path, offset = e.offset,
+                "a checkpointed file is not there (yet); it resumes at its offset if it appears");
             continue;
         };
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         if e.offset >= size {
             continue;
         }
-        let found = Found { path, id: *id };
-        match open_reader(&src.spec, &found, saved, false) {
+        let found = Found {
+            path,
+            id: *id,
+            size,
+        };
+        match open_reader(&src.spec, &found, &src.pending, false) {
             // Only where the checkpoint's fingerprint still matches: an
             // inode reused by an unrelated file would be read from 0.
             Some(mut r) if r.read_offset() == e.offset => {
@@ -524,11 +763,38 @@ fn resume_unmatched(
                     "finishing a file rotated away while the agent was down");
                 r.detached_since = Some(now);
                 r.dirty = true;
-                src.readers.insert(*id, r);
+                resumed.push(r);
             }
             _ => {}
         }
     }
+    for r in resumed {
+        src.pending.remove(&r.id);
+        src.readers.insert(r.id, r);
+    }
+}
+
+/// Identities of the files at `paths` (those that exist).
+fn own_output_ids(paths: &[PathBuf]) -> std::collections::HashSet<FileId> {
+    paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| FileId::of(&m))
+        .collect()
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// When an entry was last seen, to the hour: fine enough for a TTL of
+/// days, and an idle checkpoint does not change (and is not rewritten)
+/// every second.
+fn seen_stamp() -> u64 {
+    unix_now() / 3600 * 3600
 }
 
 /// Regular files directly in `dir`, with their identities (bounded).
@@ -577,7 +843,14 @@ fn open_reader(
         None => 0,
     };
     tracing::debug!(path = %f.path.display(), offset, resumed = resumed.is_some(), "watching file");
-    Some(FileReader::open(f.path.clone(), offset, fp, file, id))
+    Some(FileReader::open(
+        f.path.clone(),
+        offset,
+        fp,
+        file,
+        id,
+        spec.ctx.meta.clone(),
+    ))
 }
 
 fn file_labels(pipeline: &str, path: &std::path::Path) -> Labels {

@@ -84,12 +84,22 @@ pub fn hostname() -> Arc<str> {
 /// Files written by sinks that `pipeline`'s sources must not read: its
 /// own sinks' outputs always, other pipelines' unless they allow reading
 /// back (chaining pipelines through a file, said explicitly).
-fn own_outputs(all: &[PipelineConfig], pipeline: &str) -> Vec<PathBuf> {
+/// Only files its sources' globs could match are listed, so that adding
+/// an unrelated sink elsewhere does not count as a change of `pipeline`.
+fn own_outputs(all: &[PipelineConfig], pipeline: &PipelineConfig) -> Vec<PathBuf> {
+    let readers: Vec<crate::config::ReadMatcher> = pipeline
+        .sources
+        .iter()
+        .filter_map(|(_, s)| s.read_globs())
+        .map(|(inc, exc)| crate::config::ReadMatcher::new(inc, exc))
+        .collect();
     let mut out = Vec::new();
     for p in all {
         for (_, s) in &p.sinks {
             if let Some(f) = s.output_file() {
-                if p.name == pipeline || !f.read_back {
+                if (p.name == pipeline.name || !f.read_back)
+                    && readers.iter().any(|r| r.reads(f.path))
+                {
                     out.push(f.path.to_path_buf());
                 }
             }
@@ -180,7 +190,7 @@ impl Topology {
         let mut applied = Applied::default();
         let mut build = Vec::new();
         for p in &pipelines {
-            let outputs = own_outputs(&pipelines, &p.name);
+            let outputs = own_outputs(&pipelines, p);
             match self.pipelines.get(&p.name) {
                 Some(r) if r.config.text == p.text && *r.own_outputs == outputs => {
                     applied.unchanged += 1;

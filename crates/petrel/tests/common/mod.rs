@@ -197,6 +197,8 @@ pub struct AgentOptions {
     pub stdout: StdoutMode,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// Soft and hard limit of open files (`ulimit -n`), when set.
+    pub nofile: Option<u64>,
 }
 
 impl Default for AgentOptions {
@@ -205,6 +207,7 @@ impl Default for AgentOptions {
             args: Vec::new(),
             stdout: StdoutMode::Null,
             env: Vec::new(),
+            nofile: None,
         }
     }
 }
@@ -234,9 +237,19 @@ impl Agent {
         // If the test process dies without dropping the agent, the agent
         // must not live on (it could fill the disk).
         // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+        let nofile = opts.nofile;
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(n) = nofile {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
@@ -363,10 +376,18 @@ impl Agent {
 
     /// GET `path` from the API; returns (status, body).
     pub fn http_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        self.http("GET", path)
+    }
+
+    /// Sends `method path` (no body) to the API; returns (status, body).
+    pub fn http(&self, method: &str, path: &str) -> std::io::Result<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
         s.set_write_timeout(Some(Duration::from_secs(10)))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        write!(
+            s,
+            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
+        )?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw)?;
         let text = String::from_utf8_lossy(&raw).into_owned();

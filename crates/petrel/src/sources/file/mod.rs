@@ -34,6 +34,7 @@ pub const KEYS: &[&str] = &[
     "partial_line_timeout_ms",
     "read_block_bytes",
     "multiline",
+    "close_inactive_secs",
 ];
 
 /// Where to start in files that have no checkpoint.
@@ -63,6 +64,9 @@ pub struct FileSourceConfig {
     pub read_block_bytes: usize,
     /// Joining lines into events.
     pub multiline: Option<multiline::Multiline>,
+    /// Close a file read to its end that did not grow for this long
+    /// (default 5 minutes); it is reopened at its offset when it grows.
+    pub close_inactive: Option<Duration>,
 }
 
 impl FileSourceConfig {
@@ -140,11 +144,18 @@ impl FileSourceConfig {
             partial_line_timeout,
             read_block_bytes: read_block_bytes.clamp(4096, 64 << 20),
             multiline,
+            close_inactive: map
+                .u64("close_inactive_secs", false)
+                .map(Duration::from_secs),
         })
     }
 }
 
 fn glob_of(n: petrel_core::config::Node<'_>, p: &str) -> Option<String> {
+    if p.trim().is_empty() {
+        n.error("an include glob must not be empty; write a path such as `/var/log/app/*.log`");
+        return None;
+    }
     let abs = crate::config::resolve_path(n, p)
         .to_string_lossy()
         .into_owned();

@@ -20,6 +20,11 @@ use super::{FileSourceConfig, ReadFrom};
 /// Blocks read from one file before moving to the next, for fairness.
 const BLOCKS_PER_TURN: usize = 4;
 
+/// Set when a file could not be opened for lack of descriptors (EMFILE,
+/// ENFILE): idle files are then closed at once instead of after
+/// `close_inactive`, and files are read in waves rather than not at all.
+static FD_PRESSURE: AtomicBool = AtomicBool::new(false);
+
 /// One file source of one pipeline, registered with the input thread.
 pub struct SourceSpec {
     /// `pipeline/source id`, the checkpoint key.
@@ -108,6 +113,42 @@ pub struct FileService {
     handle: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
     commands: crossbeam_channel::Sender<Command>,
+    wake: Arc<Wake>,
+}
+
+/// An eventfd the input thread polls beside inotify, so that a command
+/// (a source added or stopped by a reload) is seen at once rather than
+/// after the thread's idle sleep.
+struct Wake(std::os::fd::OwnedFd);
+
+impl Wake {
+    fn new() -> std::io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd returns a new descriptor we own, or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+        Ok(Self(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn raw(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our (non-blocking) eventfd.
+        unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+    }
 }
 
 impl FileService {
@@ -119,6 +160,7 @@ impl FileService {
         let discovery = Discovery::new(&[])?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = crossbeam_channel::unbounded();
+        let wake = Arc::new(Wake::new()?);
         let mut state = Input {
             sources: Vec::new(),
             discovery,
@@ -129,6 +171,7 @@ impl FileService {
             stop: stop.clone(),
             commands: rx,
             checkpoint_failing: false,
+            wake: wake.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("petrel-input".into())
@@ -137,6 +180,7 @@ impl FileService {
             handle: parking_lot::Mutex::new(Some(handle)),
             stop,
             commands: tx,
+            wake,
         })
     }
 
@@ -144,6 +188,7 @@ impl FileService {
     pub fn add(&self, spec: SourceSpec) {
         // Fails only when the thread is gone, which `is_alive` reports.
         let _ = self.commands.send(Command::Add(Box::new(spec)));
+        self.wake.notify();
     }
 
     /// Stops reading for source `key`; the answer says whether its final
@@ -155,6 +200,7 @@ impl FileService {
             deadline,
             done,
         });
+        self.wake.notify();
         rx
     }
 
@@ -169,6 +215,7 @@ impl FileService {
     /// Stops the thread after draining what is left.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.wake.notify();
         if let Some(h) = self.handle.lock().take() {
             let _ = h.join();
         }
@@ -191,6 +238,7 @@ struct Input {
     stop: Arc<AtomicBool>,
     commands: crossbeam_channel::Receiver<Command>,
     checkpoint_failing: bool,
+    wake: Arc<Wake>,
 }
 
 impl Input {
@@ -232,7 +280,7 @@ impl Input {
                 rescan_wanted = true;
             }
             if now >= next_refresh {
-                self.refresh_all();
+                rescan_wanted |= self.refresh_all();
                 next_refresh = now + Duration::from_millis(250);
             }
             let (progress, paused) = self.read_round();
@@ -268,22 +316,28 @@ impl Input {
         self.drain();
     }
 
-    /// Sleeps until inotify has news or `d` passed.
+    /// Sleeps until inotify has news, a command arrives, or `d` passed.
     fn wait(&self, d: Duration) {
         let ms = d.as_millis().min(i32::MAX as u128) as i32;
-        match self.discovery.fd() {
-            Some(fd) => {
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd for the duration of the call.
-                unsafe {
-                    libc::poll(&mut pfd, 1, ms);
-                }
-            }
-            None => std::thread::sleep(d),
+        let mut fds = [
+            libc::pollfd {
+                fd: self.wake.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.discovery.fd().unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds for the duration of the call; a
+        // negative fd is ignored by poll.
+        unsafe {
+            libc::poll(fds.as_mut_ptr(), 2, ms);
+        }
+        if fds[0].revents != 0 {
+            self.wake.clear();
         }
     }
 
@@ -391,8 +445,12 @@ impl Input {
         unknown.iter().any(|p| self.discovery.may_match(p))
     }
 
-    fn refresh_all(&mut self) {
+    /// Refreshes sizes and closes what is done; true when files were
+    /// closed for lack of descriptors (a scan should open the next ones).
+    fn refresh_all(&mut self) -> bool {
         let now = Instant::now();
+        let pressure = FD_PRESSURE.swap(false, Ordering::Relaxed);
+        let mut closed_for_fds = false;
         for src in &mut self.sources {
             let mut close = Vec::new();
             let mut inactive = Vec::new();
@@ -407,7 +465,13 @@ impl Input {
                         && !r.has_partial()
                         && r.tracker.in_flight() == 0
                         && !r.tracker.failed()
-                        && r.idle_for() >= self.opts.close_inactive
+                        && (pressure
+                            || r.idle_for()
+                                >= src
+                                    .spec
+                                    .config
+                                    .close_inactive
+                                    .unwrap_or(self.opts.close_inactive))
                     {
                         inactive.push(r.id);
                     }
@@ -440,6 +504,7 @@ impl Input {
                     ));
                 }
             }
+            closed_for_fds |= pressure && !inactive.is_empty();
             for id in inactive {
                 if let Some(mut r) = src.readers.remove(&id) {
                     tracing::debug!(path = %r.path.display(), "closing idle file; it is reopened when it grows");
@@ -459,6 +524,12 @@ impl Input {
             }
             src.closing.retain(|c| c.3.in_flight() > 0);
         }
+        if pressure && !closed_for_fds {
+            // Nothing could be closed yet (batches in flight): keep the
+            // pressure for the next round.
+            FD_PRESSURE.store(true, Ordering::Relaxed);
+        }
+        closed_for_fds
     }
 
     /// One pass over readers with work; returns (progress made, paused).
@@ -819,6 +890,13 @@ fn open_reader(
 ) -> Option<FileReader> {
     let file = match std::fs::File::open(&f.path) {
         Ok(file) => file,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+            if !FD_PRESSURE.swap(true, Ordering::Relaxed) {
+                tracing::warn!(path = %f.path.display(), error = %e,
+                    "out of file descriptors: closing files read to their end early and reading the rest in turn; raise the limit (LimitNOFILE=, ulimit -n) for speed");
+            }
+            return None;
+        }
         Err(e) => {
             tracing::warn!(path = %f.path.display(), error = %e, "cannot open file");
             spec.ctx.read_errors.inc();

@@ -287,3 +287,117 @@ fn a_huge_shutdown_timeout_does_not_overflow() {
     assert!(st.success(), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Checks an OpenMetrics exposition strictly: every family has one HELP
+/// and one TYPE with the same name, every sample belongs to a declared
+/// family with a suffix its type allows, labels and values parse, and the
+/// text ends with `# EOF`.
+fn check_exposition(text: &str) -> Result<usize, String> {
+    use std::collections::HashMap;
+    let mut help: HashMap<String, usize> = HashMap::new();
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut samples = 0;
+    let mut lines = text.lines().peekable();
+    let mut ended = false;
+    while let Some(line) = lines.next() {
+        if ended {
+            return Err(format!("text after # EOF: {line}"));
+        }
+        if line == "# EOF" {
+            ended = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or_default();
+            *help.entry(name.to_string()).or_default() += 1;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split(' ');
+            let (name, ty) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
+            if types.insert(name.to_string(), ty.to_string()).is_some() {
+                return Err(format!("family {name} declared twice"));
+            }
+            if help.get(name) != Some(&1) {
+                return Err(format!("# TYPE {name} without exactly one # HELP {name}"));
+            }
+            continue;
+        }
+        if line.starts_with('#') {
+            return Err(format!("unknown comment line: {line}"));
+        }
+        let (name_labels, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("sample without value: {line}"))?;
+        value
+            .parse::<f64>()
+            .map_err(|_| format!("value does not parse: {line}"))?;
+        let name = match name_labels.split_once('{') {
+            Some((n, labels)) => {
+                let labels = labels
+                    .strip_suffix('}')
+                    .ok_or_else(|| format!("unclosed labels: {line}"))?;
+                for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+                    let (k, v) = pair
+                        .split_once("=\"")
+                        .ok_or_else(|| format!("bad label `{pair}`: {line}"))?;
+                    if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        return Err(format!("bad label name `{k}`: {line}"));
+                    }
+                    let _ = v;
+                }
+                n
+            }
+            None => name_labels,
+        };
+        let family = types
+            .iter()
+            .find(|(fam, ty)| {
+                let suffixes: &[&str] = match ty.as_str() {
+                    "counter" => &["_total", "_created"],
+                    "histogram" => &["_bucket", "_sum", "_count", "_created"],
+                    "gauge" | "unknown" | "info" => &["", "_info"],
+                    _ => &[""],
+                };
+                suffixes.iter().any(|s| name == format!("{fam}{s}"))
+            })
+            .map(|(f, _)| f.clone());
+        if family.is_none() {
+            return Err(format!(
+                "sample {name} belongs to no declared family of a matching type"
+            ));
+        }
+        samples += 1;
+    }
+    if !ended {
+        return Err("no # EOF at the end".into());
+    }
+    Ok(samples)
+}
+
+#[test]
+fn the_metrics_exposition_is_strictly_valid() {
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let out = dir.path().join("out.log");
+    let cfg = write_config(
+        dir.path(),
+        "expo",
+        &simple_config(&format!("{}/*.log", logs.display()), &out, ""),
+    );
+    append(&logs.join("a.log"), lines(100, "m").as_bytes());
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "delivery", || {
+        let n = count_lines(&out);
+        (n == 100).then_some(()).ok_or(format!("{n}"))
+    });
+    let text = agent.metrics();
+    match check_exposition(&text) {
+        Ok(n) => assert!(n >= 10, "{n} samples:\n{text}"),
+        Err(e) => panic!("{e}\n{text}"),
+    }
+    // The checker itself rejects what it should.
+    assert!(check_exposition("# HELP a_total x\n# TYPE a counter\na_total 1\n# EOF\n").is_err());
+    assert!(check_exposition("# HELP a x\n# TYPE a gauge\na 1\n").is_err());
+}

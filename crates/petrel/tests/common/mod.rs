@@ -24,7 +24,11 @@ pub const POLL: Duration = Duration::from_millis(50);
 
 /// The binary under test.
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_petrel"))
+    // PETREL_TEST_BIN runs the tests against another build (an older
+    // commit, to see a regression test fail before its fix).
+    std::env::var_os("PETREL_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_petrel")))
 }
 
 /// A fresh temporary directory (removed on drop).

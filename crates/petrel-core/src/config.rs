@@ -35,10 +35,20 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Collects problems while a configuration is read.
-#[derive(Debug, Default)]
+/// Collects problems while a configuration is read, and owns the dotted
+/// paths of the nodes visited (they live exactly as long as the read).
+#[derive(Default)]
 pub struct ConfigErrors {
     list: RefCell<Vec<ConfigError>>,
+    paths: typed_arena::Arena<String>,
+}
+
+impl std::fmt::Debug for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigErrors")
+            .field("list", &self.list)
+            .finish()
+    }
 }
 
 impl ConfigErrors {
@@ -240,7 +250,7 @@ impl<'a> Node<'a> {
                 .enumerate()
                 .map(|(i, raw)| Node {
                     raw,
-                    path: leak(format!("{}[{i}]", self.path)),
+                    path: self.errs.path(format!("{}[{i}]", self.path)),
                     ..*self
                 })
                 .collect(),
@@ -357,7 +367,7 @@ impl<'a> Map<'a> {
         Some(Node {
             file: self.node.file,
             raw,
-            path: leak_path(self.node.path, k),
+            path: self.node.errs.child_path(self.node.path, k),
             errs: self.node.errs,
         })
     }
@@ -404,7 +414,7 @@ impl<'a> Map<'a> {
                     Node {
                         file: self.node.file,
                         raw,
-                        path: leak_path(self.node.path, k),
+                        path: self.node.errs.child_path(self.node.path, k),
                         errs: self.node.errs,
                     },
                 )
@@ -413,19 +423,19 @@ impl<'a> Map<'a> {
     }
 }
 
-/// Paths live as long as the configuration tree they describe; configs are
-/// read once per process and are small, so the leak is bounded and simpler
-/// than threading owned strings through every node.
-fn leak_path(parent: &str, k: &MarkedScalarNode) -> &'static str {
-    leak(if parent.is_empty() {
-        k.as_str().to_string()
-    } else {
-        format!("{parent}.{}", k.as_str())
-    })
-}
+impl ConfigErrors {
+    /// Keeps `p` for as long as this read.
+    fn path(&self, p: String) -> &str {
+        self.paths.alloc(p).as_str()
+    }
 
-fn leak(p: String) -> &'static str {
-    Box::leak(p.into_boxed_str())
+    fn child_path(&self, parent: &str, k: &MarkedScalarNode) -> &str {
+        self.path(if parent.is_empty() {
+            k.as_str().to_string()
+        } else {
+            format!("{parent}.{}", k.as_str())
+        })
+    }
 }
 
 fn marker_pos(m: Option<&marked_yaml::Marker>) -> (usize, usize) {

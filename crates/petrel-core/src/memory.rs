@@ -42,7 +42,16 @@ pub struct PipelineBudget {
     global: Arc<MemoryBudget>,
     limit: usize,
     used: AtomicUsize,
+    /// Memory a batch needs at its peak per byte read, in thousandths:
+    /// the read buffer, event descriptors and one encoded copy per sink.
+    /// Learned from the batches processed, so that a source reserves
+    /// everything a batch will need before reading it.
+    amplification: AtomicUsize,
 }
+
+/// Until a batch was measured: the data, its event descriptors, and two
+/// encoded copies.
+const INITIAL_AMPLIFICATION: usize = 3000;
 
 impl PipelineBudget {
     /// A pipeline budget of at most `limit` bytes drawn from `global`.
@@ -51,7 +60,42 @@ impl PipelineBudget {
             global,
             limit,
             used: AtomicUsize::new(0),
+            amplification: AtomicUsize::new(INITIAL_AMPLIFICATION),
         })
+    }
+
+    /// Sets the first estimate of [`PipelineBudget::reservation`]'s ratio
+    /// for a pipeline with `sinks` sinks, before any batch was measured:
+    /// the data and its event descriptors, and two bytes per byte read for
+    /// each sink's encoded copy (ndjson of short lines), so that the first
+    /// reads do not overshoot the limit many times over.
+    pub fn expect_sinks(&self, sinks: usize) {
+        self.amplification
+            .store(1500 + 2000 * sinks, Ordering::Relaxed);
+    }
+
+    /// Bytes to reserve before reading `input` bytes: enough for the whole
+    /// life of the batch (processing and every sink's encoded copy).
+    pub fn reservation(&self, input: usize) -> usize {
+        let amp = self.amplification.load(Ordering::Relaxed);
+        (input as u128 * amp as u128 / 1000).min(usize::MAX as u128) as usize
+    }
+
+    /// Records that a batch read from `input` bytes needed `needed` bytes
+    /// at its peak. Growth is taken at once (the next reservations cover
+    /// it); shrinking is smoothed.
+    pub fn learn(&self, input: usize, needed: usize) {
+        if input == 0 {
+            return;
+        }
+        let ratio = (needed as u128 * 1000 / input as u128).clamp(1000, 1_000_000) as usize;
+        let old = self.amplification.load(Ordering::Relaxed);
+        let new = if ratio > old {
+            ratio
+        } else {
+            (old * 15 + ratio) / 16
+        };
+        self.amplification.store(new, Ordering::Relaxed);
     }
 
     /// This pipeline's limit in bytes.
@@ -84,12 +128,15 @@ impl PipelineBudget {
         if !(fits && gfits) {
             return None;
         }
-        Some(self.force_charge(bytes))
+        Some(self.charge_held(bytes))
     }
 
-    /// Charges `bytes` unconditionally. Used for data derived from already
-    /// charged input (encoded payloads), whose growth is bounded by it.
-    pub fn force_charge(self: &Arc<Self>, bytes: usize) -> MemoryCharge {
+    /// Charges `bytes` without checking the limits. Only for memory that
+    /// is already held (a partial line the reader carried), or for the
+    /// part of a batch its reservation fell short of (then
+    /// [`PipelineBudget::learn`] makes the next reservations cover it):
+    /// the excess is bounded by one batch per worker.
+    pub fn charge_held(self: &Arc<Self>, bytes: usize) -> MemoryCharge {
         self.used.fetch_add(bytes, Ordering::Relaxed);
         self.global.used.fetch_add(bytes, Ordering::Relaxed);
         MemoryCharge {
@@ -126,6 +173,17 @@ impl MemoryCharge {
         }
         self.bytes += other.bytes;
         other.bytes = 0;
+    }
+
+    /// Takes up to `bytes` of this charge into a separate charge (the
+    /// share of a reservation that an encoded copy uses).
+    pub fn split(&mut self, bytes: usize) -> MemoryCharge {
+        let take = bytes.min(self.bytes);
+        self.bytes -= take;
+        MemoryCharge {
+            budget: self.budget.clone(),
+            bytes: take,
+        }
     }
 
     /// Gives back all but `keep` bytes early (e.g. a read buffer that turned

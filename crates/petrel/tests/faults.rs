@@ -240,3 +240,60 @@ fn half_sent_api_requests_are_timed_out() {
         "connections beyond the cap were refused"
     );
 }
+
+/// Twelve sinks that never deliver (`/dev/full`) under `--memory-limit
+/// 8MiB`: every encoded copy is paid from the reservation the reader took
+/// before reading, so the charged memory stays within the limit plus one
+/// batch's misestimate (documented as 2 MiB), and RSS stays bounded.
+#[test]
+fn the_memory_limit_holds_with_twelve_sinks() {
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let input = logs.join("app.log");
+    let line = "x".repeat(100);
+    let text: String = (0..200_000).map(|i| format!("{i:08} {line}\n")).collect();
+    append(&input, text.as_bytes());
+    let mut cfg = format!(
+        "sources:\n  - type: file\n    include: [\"{}/*.log\"]\n    read_from: beginning\nsinks:\n",
+        logs.display()
+    );
+    for i in 0..12 {
+        cfg.push_str(&format!(
+            "  - type: file\n    id: full_{i}\n    path: /dev/full\n    encoding: ndjson\n"
+        ));
+    }
+    let cfg = write_config(dir.path(), "mem", &cfg);
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--memory-limit".into(), "8MiB".into()],
+            ..Default::default()
+        },
+    );
+    const LIMIT: f64 = 8.0 * 1048576.0;
+    const SLACK: f64 = 2.0 * 1048576.0;
+    let mut peak: f64 = 0.0;
+    for _ in 0..60 {
+        let used = agent.metric_or_zero("petrel_memory_used_bytes", &[]);
+        peak = peak.max(used);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(peak > 0.0, "data was in flight");
+    assert!(
+        peak <= LIMIT + SLACK,
+        "charged memory peaked at {peak} bytes with an 8 MiB limit"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).unwrap();
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        rss_kib < 80.0 * 1024.0,
+        "peak RSS {rss_kib} KiB with an 8 MiB limit"
+    );
+}

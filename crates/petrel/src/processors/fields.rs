@@ -153,11 +153,11 @@ pub(crate) fn free_map<'a>(node: Node<'a>, what: &str) -> Option<Vec<(&'a str, N
 }
 
 /// A field name as a `&'static str`, so that per-event keys are
-/// `Cow::Borrowed` and cloning them never allocates. The configuration is
-/// read once per process start and names are few and short, so leaking
-/// them is bounded.
-pub(crate) fn leak_name(name: &str) -> &'static str {
-    Box::leak(name.to_string().into_boxed_str())
+/// `Cow::Borrowed` and cloning them never allocates. Interned: each
+/// distinct name is stored once for the process, however often the
+/// configuration is reloaded.
+pub(crate) fn intern_name(name: &str) -> &'static str {
+    super::parse_json::static_name(name)
 }
 
 /// Takes a field's value out of `ev`; `message` is left `null`.
@@ -181,7 +181,7 @@ impl Fields {
     pub fn new(c: &Config, _metrics: ComponentMetrics) -> anyhow::Result<Self> {
         let pairs = |v: &[(String, String)]| {
             v.iter()
-                .map(|(a, b)| (leak_name(a), leak_name(b)))
+                .map(|(a, b)| (intern_name(a), intern_name(b)))
                 .collect()
         };
         Ok(Self {
@@ -190,9 +190,9 @@ impl Fields {
             add: c
                 .add
                 .iter()
-                .map(|(k, v)| (leak_name(k), v.clone()))
+                .map(|(k, v)| (intern_name(k), v.clone()))
                 .collect(),
-            remove: c.remove.iter().map(|k| leak_name(k)).collect(),
+            remove: c.remove.iter().map(|k| intern_name(k)).collect(),
         })
     }
 

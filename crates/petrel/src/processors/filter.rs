@@ -34,7 +34,7 @@ use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
 use prometheus_client::metrics::counter::Counter;
 use regex::bytes::Regex;
 
-use super::fields::{free_map, leak_name};
+use super::fields::{free_map, intern_name};
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "include", "exclude"];
@@ -110,7 +110,7 @@ impl Filter {
         let leak = |rules: &[(String, Regex)]| {
             rules
                 .iter()
-                .map(|(f, re)| (leak_name(f), re.clone()))
+                .map(|(f, re)| (intern_name(f), re.clone()))
                 .collect()
         };
         Ok(Self {

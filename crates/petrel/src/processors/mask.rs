@@ -45,7 +45,7 @@ use petrel_core::{ComponentMetrics, EventBatch, Key, Value};
 use regex::bytes::Regex;
 use sha2::{Digest, Sha256};
 
-use super::fields::leak_name;
+use super::fields::intern_name;
 use super::filter::{regex_error, value_text};
 use crate::config::expand_env;
 
@@ -227,7 +227,7 @@ impl Mask {
     /// Builds it (no counters of its own: events are never dropped).
     pub fn new(c: &Config, _metrics: ComponentMetrics) -> anyhow::Result<Self> {
         Ok(Self {
-            field: leak_name(&c.field),
+            field: intern_name(&c.field),
             pattern: c.pattern.clone(),
             replacement: c.replacement.clone(),
         })

@@ -66,7 +66,7 @@ use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
 use prometheus_client::metrics::counter::Counter;
 
 use super::common::{self, OnError};
-use super::fields::leak_name;
+use super::fields::intern_name;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[
@@ -167,7 +167,7 @@ impl ParseTimestamp {
     /// Builds it; `metrics` provides the failure counters.
     pub fn new(c: &Config, metrics: ComponentMetrics) -> anyhow::Result<Self> {
         Ok(Self {
-            field: leak_name(&c.field),
+            field: intern_name(&c.field),
             format: c.format.clone(),
             no_match: format!(
                 "value of `{}` does not match format `{}`",

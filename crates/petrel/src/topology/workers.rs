@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
-use petrel_core::{ComponentMetrics, EventBatch, Metrics, PipelineBudget};
+use petrel_core::{ComponentMetrics, Event, EventBatch, Metrics, PipelineBudget};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// How long a pipeline processes event by event after a panic, and how
@@ -288,6 +288,9 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
             .map(|_| petrel_core::AckPart::detached())
             .collect(),
     };
+    // Everything this batch needs at its peak, to size the reservations
+    // of the next reads.
+    let mut needed = batch.buf.len() + batch.events.capacity() * std::mem::size_of::<Event>();
     for (slot, ack) in p.sinks.iter().zip(parts) {
         let events = batch.events.len() as u64;
         slot.metrics.received_events.inc_by(events);
@@ -309,9 +312,14 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
             slot.metrics.error("invalid_utf8", out.invalid_utf8);
         }
         slot.metrics.received_bytes.inc_by(out.bytes.len() as u64);
-        let charge = p
-            .budget
-            .force_charge(out.bytes.capacity() + out.record_ends.capacity() * 4);
+        // The encoded copy is paid from the batch's reservation; a shortfall
+        // is charged (bounded by this batch) and learned.
+        let need = out.bytes.capacity() + out.record_ends.capacity() * 4;
+        needed += need;
+        let mut charge = batch.charge.split(need);
+        if charge.bytes() < need {
+            charge.merge(p.budget.charge_held(need - charge.bytes()));
+        }
         let payload = Payload {
             data: out,
             events,
@@ -322,4 +330,5 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
         };
         slot.reorder.lock().push(seq, Some(payload), &slot.tx);
     }
+    p.budget.learn(batch.buf.len(), needed);
 }

@@ -255,7 +255,7 @@ impl FileReader {
             }
             let want = (avail as usize).min(ctx.block_bytes);
             let total = self.carry.len() + want;
-            let Some(mut charge) = ctx.budget.try_charge(total) else {
+            let Some(mut charge) = ctx.budget.try_charge(ctx.budget.reservation(total)) else {
                 ctx.pauses.inc();
                 return Turn::Paused;
             };
@@ -329,7 +329,7 @@ impl FileReader {
             if upto == 0 {
                 continue;
             }
-            charge.shrink_to(buf.capacity());
+            charge.shrink_to(ctx.budget.reservation(buf.capacity()));
             self.emit(ctx, buf, start_offset, charge, false, spans);
         }
         Turn::More
@@ -342,7 +342,7 @@ impl FileReader {
                 if self.last_growth.elapsed() >= ml.timeout {
                     let start = self.offset - self.carry.len() as u64;
                     let buf: Vec<u8> = self.carry.drain(..=i).collect();
-                    let charge = ctx.budget.force_charge(buf.len());
+                    let charge = ctx.budget.charge_held(ctx.budget.reservation(buf.len()));
                     let span = vec![petrel_core::Span::new(0, i)];
                     self.emit(ctx, buf, start, charge, true, Some(span));
                 }
@@ -355,7 +355,7 @@ impl FileReader {
             // The writer left a last line without newline and stopped.
             let buf = std::mem::take(&mut self.carry);
             let start = self.offset - buf.len() as u64;
-            let charge = ctx.budget.force_charge(buf.len());
+            let charge = ctx.budget.charge_held(ctx.budget.reservation(buf.len()));
             self.emit(ctx, buf, start, charge, true, None);
         }
         Turn::Eof
@@ -437,13 +437,9 @@ impl FileReader {
         let end = start_offset + len as u64;
         let seq = self.tracker.register(end);
         let n = events.len() as u64;
-        // Event descriptors cost memory too (about half the data for short
-        // lines), so they count against the budget like the buffer.
-        let mut charge = charge;
-        let extra = ctx
-            .budget
-            .force_charge(events.capacity() * std::mem::size_of::<Event>());
-        charge.merge(extra);
+        // Event descriptors (about half the data for short lines) are
+        // covered by the reservation taken before reading, like the
+        // encoded copies the sinks make of the batch.
         let mut batch = EventBatch::new(Bytes::from(buf), self.source.clone());
         batch.events = events;
         batch.input_bytes = len as u64;

@@ -297,9 +297,9 @@ fn check_exposition(text: &str) -> Result<usize, String> {
     let mut help: HashMap<String, usize> = HashMap::new();
     let mut types: HashMap<String, String> = HashMap::new();
     let mut samples = 0;
-    let mut lines = text.lines().peekable();
+    let lines = text.lines();
     let mut ended = false;
-    while let Some(line) = lines.next() {
+    for line in lines {
         if ended {
             return Err(format!("text after # EOF: {line}"));
         }

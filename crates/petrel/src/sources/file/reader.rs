@@ -61,7 +61,16 @@ pub enum Turn {
     Paused,
     /// The file could not be read.
     Failed,
+    /// A delivery failed and the re-read waits for its backoff.
+    Backoff,
 }
+
+/// First wait before re-reading after a failed delivery; doubled per
+/// failure in a row up to [`MAX_RETRY_BACKOFF`], so a dead sink does not
+/// turn into a hot re-read loop.
+const MIN_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest wait before re-reading after failed deliveries.
+const MAX_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// State of one open file.
 pub struct FileReader {
@@ -92,6 +101,13 @@ pub struct FileReader {
     /// Pieces of an over-long line were emitted and the line has not ended
     /// yet: its remaining bytes are not counted as another split line.
     in_long_line: bool,
+    /// Current wait after a failed delivery (zero while deliveries work).
+    retry_backoff: std::time::Duration,
+    /// When the re-read after a failed delivery may start.
+    retry_at: Option<Instant>,
+    /// Committed offset at the last failure: progress since resets the
+    /// backoff.
+    committed_at_failure: u64,
 }
 
 impl FileReader {
@@ -121,6 +137,9 @@ impl FileReader {
             detached_since: None,
             deleted: false,
             in_long_line: false,
+            retry_backoff: std::time::Duration::ZERO,
+            retry_at: None,
+            committed_at_failure: 0,
         };
         r.seek(offset);
         r
@@ -223,11 +242,29 @@ impl FileReader {
     pub fn read_turn(&mut self, ctx: &ReadContext, max_blocks: usize) -> Turn {
         if self.tracker.failed() {
             // A sink refused a batch: read again from the last delivered
-            // offset (at-least-once).
+            // offset (at-least-once), after a backoff.
             let at = self.tracker.committed();
-            tracing::warn!(path = %self.path.display(), offset = at, "delivery failed; re-reading");
-            self.tracker.rewound();
-            self.seek(at);
+            match self.retry_at {
+                None => {
+                    self.retry_backoff = if at > self.committed_at_failure {
+                        MIN_RETRY_BACKOFF
+                    } else {
+                        (self.retry_backoff * 2).clamp(MIN_RETRY_BACKOFF, MAX_RETRY_BACKOFF)
+                    };
+                    self.committed_at_failure = at;
+                    self.retry_at = Some(Instant::now() + self.retry_backoff);
+                    tracing::warn!(path = %self.path.display(), offset = at,
+                        retry_in_ms = self.retry_backoff.as_millis() as u64,
+                        "delivery failed; re-reading after a backoff");
+                    return Turn::Backoff;
+                }
+                Some(t) if Instant::now() < t => return Turn::Backoff,
+                Some(_) => {
+                    self.retry_at = None;
+                    self.tracker.rewound();
+                    self.seek(at);
+                }
+            }
         }
         for _ in 0..max_blocks {
             let Some(file) = self.file.as_mut() else {
@@ -448,5 +485,85 @@ impl FileReader {
         ctx.sent_events.inc_by(n);
         ctx.sent_bytes.inc_by(len as u64);
         ctx.emitter.emit(batch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+    use std::time::Duration;
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<EventBatch>>);
+
+    impl Emitter for Collect {
+        fn emit(&self, batch: EventBatch) {
+            self.0.lock().push(batch);
+        }
+    }
+
+    fn context(emitter: Arc<Collect>) -> ReadContext {
+        let budget = petrel_core::PipelineBudget::new(petrel_core::MemoryBudget::new(1 << 24), 1 << 24);
+        ReadContext {
+            block_bytes: 4096,
+            max_line_bytes: 1024,
+            partial_line_timeout: Duration::from_secs(5),
+            emitter,
+            budget,
+            sent_events: Counter::default(),
+            sent_bytes: Counter::default(),
+            split_lines: Counter::default(),
+            pauses: Counter::default(),
+            read_errors: Counter::default(),
+            truncations: Counter::default(),
+            meta: Arc::new([]),
+            multiline: None,
+            multiline_cut: Counter::default(),
+        }
+    }
+
+    #[test]
+    fn a_failed_delivery_is_read_again_after_a_growing_backoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        std::fs::write(&path, b"one\ntwo\n").unwrap();
+        let file = File::open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let fp = Fingerprint::read(&file, meta.len()).unwrap();
+        let mut r = FileReader::open(
+            path,
+            0,
+            fp,
+            file,
+            FileId::of(&meta),
+            Arc::new([]),
+        );
+        let out = Arc::new(Collect::default());
+        let ctx = context(out.clone());
+        let nack_all = |out: &Collect| {
+            for mut b in out.0.lock().drain(..) {
+                if let Some(a) = b.ack.take() {
+                    a.nack();
+                }
+            }
+        };
+        r.read_turn(&ctx, 4);
+        assert_eq!(out.0.lock().len(), 1);
+        let failed_at = Instant::now();
+        nack_all(&out);
+        // No hot re-read loop: the re-read waits for the backoff.
+        assert_eq!(r.read_turn(&ctx, 4), Turn::Backoff);
+        assert!(out.0.lock().is_empty());
+        assert_eq!(r.retry_backoff, MIN_RETRY_BACKOFF);
+        let retry_at = r.retry_at.expect("a retry is scheduled");
+        assert!(retry_at >= failed_at + MIN_RETRY_BACKOFF);
+        std::thread::sleep(retry_at.saturating_duration_since(Instant::now()));
+        r.read_turn(&ctx, 4);
+        assert_eq!(out.0.lock().len(), 1, "read again after the backoff");
+        // A second failure in a row (nothing committed since) waits longer.
+        nack_all(&out);
+        assert_eq!(r.read_turn(&ctx, 4), Turn::Backoff);
+        assert_eq!(r.retry_backoff, MIN_RETRY_BACKOFF * 2);
     }
 }

@@ -551,6 +551,7 @@ impl Input {
                     Turn::Eof => r.dirty = false,
                     Turn::Paused => paused = true,
                     Turn::Failed => r.dirty = false,
+                    Turn::Backoff => {}
                 }
             }
         }

@@ -1219,3 +1219,31 @@ fn bad_input_on_error_keep_drop_raw() {
         "agent still serving"
     );
 }
+
+/// Chained parsers keep every failure: a line the regex does not match has
+/// no `time`, so `parse_timestamp` fails too, and both reasons are in
+/// `parse_error`, the cause first.
+#[test]
+fn chained_parser_errors_are_all_kept() {
+    let dir = tempdir();
+    let input = dir.path().join("chain.log");
+    append(&input, b"not a bracketed line\n");
+    let out = dir.path().join("out.ndjson");
+    let data = dir.path().join("data");
+    let processors = format!(
+        "processors:\n{}\x20 - type: parse_timestamp\n    id: ts\n    field: time\n    format: '%Y-%m-%d %H:%M:%S%.f'\n",
+        parse_regex_yaml("rx", "")
+    );
+    let cfg = write_config(
+        dir.path(),
+        "chain",
+        &pipeline(&input, &out, "", &processors),
+    );
+    let agent = Agent::start(&cfg, &data);
+    let events = wait_output(&agent, &data, &[&input], &out, 1);
+    let err = events[0].s("parse_error");
+    assert!(
+        err.starts_with("parse_regex: ") && err.contains("; parse_timestamp: "),
+        "both failures, the first one first: {err}"
+    );
+}

@@ -75,23 +75,28 @@ pub fn on_failure(policy: &OnError, ev: &mut Event, field: &str, who: &str, reas
     match policy {
         OnError::Drop => false,
         OnError::Keep => {
-            ev.set(
-                "parse_error".into(),
-                Value::Str(format!("{who}: {reason}").into()),
-            );
+            add_parse_error(ev, who, reason);
             true
         }
         OnError::Raw(name) => {
             if let Some(v) = ev.get(field).cloned() {
                 ev.set(name.clone(), v);
             }
-            ev.set(
-                "parse_error".into(),
-                Value::Str(format!("{who}: {reason}").into()),
-            );
+            add_parse_error(ev, who, reason);
             true
         }
     }
+}
+
+/// Adds `who: reason` to the event's `parse_error`, after the errors of
+/// earlier processors (joined with `; `): with chained parsers the first
+/// failure is usually the cause of the later ones and must stay visible.
+pub fn add_parse_error(ev: &mut Event, who: &str, reason: &str) {
+    let text = match ev.get("parse_error") {
+        Some(Value::Str(prev)) => format!("{prev}; {who}: {reason}"),
+        _ => format!("{who}: {reason}"),
+    };
+    ev.set("parse_error".into(), Value::Str(text.into()));
 }
 
 /// What the parsers share around their own parsing: the field they read,

@@ -14,6 +14,7 @@ pub mod health;
 pub mod memory;
 pub mod metrics;
 pub mod plugin;
+pub mod state;
 pub mod timestamp;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};

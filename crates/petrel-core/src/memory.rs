@@ -7,12 +7,23 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 /// The process-wide budget set by `--memory-limit`.
 #[derive(Debug)]
 pub struct MemoryBudget {
     limit: usize,
     used: AtomicUsize,
+    /// Threads waiting for memory to be released; releases notify only
+    /// when there are any, so the common path stays two atomics.
+    waiters: AtomicUsize,
+    /// Counts releases, so a waiter can tell whether one happened since
+    /// it last looked (no lost wake-ups).
+    epoch: std::sync::atomic::AtomicU64,
+    lock: Mutex<()>,
+    released: Condvar,
 }
 
 impl MemoryBudget {
@@ -21,7 +32,37 @@ impl MemoryBudget {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            epoch: std::sync::atomic::AtomicU64::new(0),
+            lock: Mutex::new(()),
+            released: Condvar::new(),
         })
+    }
+
+    /// A number that changes whenever a charge is released.
+    pub fn release_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Waits until a charge is released after [`MemoryBudget::release_epoch`]
+    /// returned `since` (at once if one was), or `timeout` passed. Sources
+    /// paused on a full budget use it instead of polling.
+    pub fn wait_for_release(&self, since: u64, timeout: Duration) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.lock.lock();
+        if self.epoch.load(Ordering::SeqCst) == since {
+            self.released.wait_for(&mut g, timeout);
+        }
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn notify_release(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock();
+            self.released.notify_all();
+        }
     }
 
     /// Total limit in bytes.
@@ -96,6 +137,44 @@ impl PipelineBudget {
             (old * 15 + ratio) / 16
         };
         self.amplification.store(new, Ordering::Relaxed);
+    }
+
+    /// The process-wide budget this one draws from.
+    pub fn global(&self) -> &Arc<MemoryBudget> {
+        &self.global
+    }
+
+    /// Charges `bytes`, waiting for room until `deadline`; `None` when
+    /// there was none by then. For sources that may block their own
+    /// thread (a socket reader) rather than pause and come back.
+    pub fn charge_blocking(
+        self: &Arc<Self>,
+        bytes: usize,
+        deadline: Instant,
+    ) -> Option<MemoryCharge> {
+        loop {
+            if let Some(c) = self.try_charge(bytes) {
+                return Some(c);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            // Re-checked under the lock releases notify under, so a
+            // release between the check and the wait is not missed.
+            let g = &self.global;
+            g.waiters.fetch_add(1, Ordering::SeqCst);
+            let mut lock = g.lock.lock();
+            let room = self.try_charge(bytes);
+            if room.is_none() {
+                g.released.wait_for(&mut lock, deadline - now);
+            }
+            drop(lock);
+            g.waiters.fetch_sub(1, Ordering::SeqCst);
+            if room.is_some() {
+                return room;
+            }
+        }
     }
 
     /// This pipeline's limit in bytes.
@@ -195,6 +274,7 @@ impl MemoryCharge {
                 b.used.fetch_sub(give, Ordering::Relaxed);
                 b.global.used.fetch_sub(give, Ordering::Relaxed);
                 self.bytes = keep;
+                b.global.notify_release();
             }
         }
     }
@@ -231,5 +311,31 @@ mod tests {
             .expect("an empty budget takes one oversized item");
         assert!(a.try_charge(1).is_none());
         drop(big);
+    }
+
+    #[test]
+    fn a_blocked_charge_proceeds_when_memory_is_released() {
+        let g = MemoryBudget::new(100);
+        let a = PipelineBudget::new(g.clone(), 100);
+        let held = a.try_charge(100).expect("fits");
+        let a2 = a.clone();
+        let waiter = std::thread::spawn(move || {
+            a2.charge_blocking(50, Instant::now() + Duration::from_secs(30))
+                .map(|c| c.bytes())
+        });
+        // Give the waiter time to block (not needed for correctness).
+        std::thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert_eq!(waiter.join().unwrap(), Some(50));
+        assert!(
+            a.charge_blocking(200, Instant::now())
+                .is_some_and(|c| c.bytes() == 200),
+            "empty budget takes one big item"
+        );
+        let _h = a.try_charge(100).expect("fits");
+        assert!(
+            a.charge_blocking(1, Instant::now()).is_none(),
+            "deadline passed"
+        );
     }
 }

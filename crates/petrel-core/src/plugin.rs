@@ -170,6 +170,9 @@ pub struct SourceContext {
     pub shared: Arc<SharedServices>,
     /// Agent-wide settings.
     pub engine: EngineOptions,
+    /// Where this source keeps what it needs to resume after a restart
+    /// (keyed by `key`, written atomically).
+    pub state: crate::state::StateStore,
 }
 
 /// Services that sources of one kind share, by type. The topology owns

@@ -313,6 +313,10 @@ impl Topology {
                 meta: self.meta.clone(),
                 own_outputs: b.own_outputs.clone(),
                 shared: self.shared.clone(),
+                state: petrel_core::state::StateStore::new(
+                    &self.opts.data_dir,
+                    &format!("{}/{id}", p.name),
+                ),
                 engine: EngineOptions {
                     data_dir: self.opts.data_dir.clone(),
                     checkpoint_ttl: self.opts.checkpoint_ttl,

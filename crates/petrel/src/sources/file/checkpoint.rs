@@ -6,8 +6,6 @@
 //! so a crash leaves either the old or the new version, never a torn one.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -145,16 +143,9 @@ impl CheckpointStore {
         if self.last_written.as_deref() == Some(text.as_str()) {
             return Ok(false);
         }
-        let tmp = self.path.with_extension("json.tmp");
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
+        // The file source keeps every source's offsets in one file (one
+        // write per second for all of them), with the shared atomic write.
+        petrel_core::state::write_atomic(&self.path, text.as_bytes())?;
         self.last_written = Some(text);
         Ok(true)
     }

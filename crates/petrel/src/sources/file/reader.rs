@@ -504,7 +504,8 @@ mod tests {
     }
 
     fn context(emitter: Arc<Collect>) -> ReadContext {
-        let budget = petrel_core::PipelineBudget::new(petrel_core::MemoryBudget::new(1 << 24), 1 << 24);
+        let budget =
+            petrel_core::PipelineBudget::new(petrel_core::MemoryBudget::new(1 << 24), 1 << 24);
         ReadContext {
             block_bytes: 4096,
             max_line_bytes: 1024,
@@ -531,14 +532,7 @@ mod tests {
         let file = File::open(&path).unwrap();
         let meta = file.metadata().unwrap();
         let fp = Fingerprint::read(&file, meta.len()).unwrap();
-        let mut r = FileReader::open(
-            path,
-            0,
-            fp,
-            file,
-            FileId::of(&meta),
-            Arc::new([]),
-        );
+        let mut r = FileReader::open(path, 0, fp, file, FileId::of(&meta), Arc::new([]));
         let out = Arc::new(Collect::default());
         let ctx = context(out.clone());
         let nack_all = |out: &Collect| {

@@ -283,6 +283,11 @@ impl Input {
                 rescan_wanted |= self.refresh_all();
                 next_refresh = now + Duration::from_millis(250);
             }
+            let budget = self
+                .sources
+                .first()
+                .map(|s| s.spec.ctx.budget.global().clone());
+            let epoch = budget.as_ref().map_or(0, |b| b.release_epoch());
             let (progress, paused) = self.read_round();
             if now >= next_checkpoint {
                 self.checkpoint();
@@ -290,6 +295,12 @@ impl Input {
                 next_checkpoint = now + self.opts.checkpoint_interval;
             }
             if !progress {
+                if let (true, Some(budget)) = (paused, &budget) {
+                    // Woken as soon as a sink's acknowledgement frees
+                    // memory; the bound keeps inotify and commands served.
+                    budget.wait_for_release(epoch, Duration::from_millis(50));
+                    continue;
+                }
                 let wait = if paused {
                     Duration::from_millis(5)
                 } else {

@@ -5,6 +5,7 @@
 //! and missing keys are collected in [`ConfigErrors`] rather than stopping
 //! at the first one.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
@@ -488,6 +489,68 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(mult)
+}
+
+/// Replaces `${NAME}` and `${NAME:-default}` in `s` with environment
+/// values found by `lookup`, and `$$` with `$`. A `$` followed by anything
+/// else is kept as it is. Errors name the problem (unset variable, bad
+/// name, missing `}`).
+pub fn expand_env(
+    s: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Cow<'_, str>, String> {
+    if !s.contains('$') {
+        return Ok(Cow::Borrowed(s));
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        if let Some(r) = after.strip_prefix('$') {
+            out.push('$');
+            rest = r;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let Some(end) = body.find('}') else {
+                return Err(format!(
+                    "`${{` without a closing `}}` in `{s}`; write `$${{` for a literal `${{`"
+                ));
+            };
+            let inner = &body[..end];
+            let (name, default) = match inner.split_once(":-") {
+                Some((n, d)) => (n, Some(d)),
+                None => (inner, None),
+            };
+            let valid = name
+                .bytes()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+                && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+            if !valid {
+                return Err(format!(
+                    "invalid environment variable name `{name}` in `{s}`: use letters, digits \
+                     and `_`, e.g. `${{HOSTNAME}}` or `${{REGION:-eu-west-1}}`"
+                ));
+            }
+            match (lookup(name), default) {
+                (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
+                (Some(v), _) => out.push_str(&v),
+                (None, Some(d)) => out.push_str(d),
+                (None, None) => {
+                    return Err(format!(
+                        "environment variable `{name}` is not set (or not UTF-8); set it, or \
+                         give a default with `${{{name}:-default}}`"
+                    ))
+                }
+            }
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(Cow::Owned(out))
 }
 
 #[cfg(test)]

@@ -1,11 +1,10 @@
 //! Encodings shared by sinks: `text` (the message and a newline) and
 //! `ndjson` (one JSON object per event).
 
-use std::io::Write;
-
 use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::event::{EventBatch, Key, Value};
+use petrel_time::write_rfc3339;
 
 /// How a sink turns events into bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,41 +223,6 @@ pub fn write_json_value(batch: &EventBatch, v: &Value, out: &mut Vec<u8>, stats:
     }
 }
 
-/// Writes nanoseconds since the epoch as RFC 3339 in UTC with nanoseconds.
-pub fn write_rfc3339(ns: i64, out: &mut Vec<u8>) {
-    let secs = ns.div_euclid(1_000_000_000);
-    let nanos = ns.rem_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-        y,
-        m,
-        d,
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60,
-        nanos
-    );
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
-/// (Howard Hinnant's algorithm).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,12 +303,5 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "{\"message\":\"x\",\"file\":\"main.go\",\"timestamp\":\"1970-01-01T00:00:00.000000000Z\"}\n"
         );
-    }
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
     }
 }

@@ -15,7 +15,6 @@ pub mod memory;
 pub mod metrics;
 pub mod plugin;
 pub mod state;
-pub mod timestamp;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};

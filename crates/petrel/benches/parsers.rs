@@ -24,13 +24,13 @@ use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput,
 };
-use petrel::gen::{DataSet, Generator};
 use petrel::processors::common::OnError;
 use petrel::processors::parse_delimiter::{self, Extra, ParseDelimiter, Splitter};
 use petrel::processors::parse_json::{self, JsonParser, ParseJson};
 use petrel::processors::parse_regex::{self, ParseRegex, RegexMatcher};
 use petrel_core::plugin::Processor;
 use petrel_core::{Event, EventBatch, Metrics, SourceInfo, Span};
+use petrel_gen::{DataSet, Generator};
 
 const LINES: usize = 1000;
 

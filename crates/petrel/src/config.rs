@@ -1,12 +1,12 @@
 //! Loading pipeline files: one YAML file per pipeline, named by its stem.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use petrel_core::config::{closest, parse_yaml, ConfigError, ConfigErrors, Node};
 use petrel_core::plugin::{Plugin, ProcessorConfig, SinkConfig, SourceConfig};
 
+use crate::paths::ReadMatcher;
 use crate::registry;
 
 /// One pipeline: sources → processors → sinks.
@@ -196,106 +196,6 @@ fn check_feedback(
     }
 }
 
-/// Tells whether a file source's globs match a path, under every spelling
-/// of it: lexically normalised and with symlinks resolved, against globs
-/// whose literal directory is also resolved.
-pub struct ReadMatcher {
-    include: Vec<globset::GlobSet>,
-    exclude: Vec<globset::GlobSet>,
-}
-
-impl ReadMatcher {
-    /// Compiles `include` and `exclude` (absolute globs), each also with
-    /// its literal leading directory resolved through symlinks.
-    pub fn new(include: &[String], exclude: &[String]) -> Self {
-        let variants = |pats: &[String]| {
-            let mut sets = Vec::new();
-            for resolve in [false, true] {
-                let mut b = globset::GlobSetBuilder::new();
-                for p in pats {
-                    let p = if resolve {
-                        resolve_glob_root(p)
-                    } else {
-                        p.clone()
-                    };
-                    if let Ok(g) = crate::sources::file::discovery::compile_glob(&p) {
-                        b.add(g);
-                    }
-                }
-                if let Ok(set) = b.build() {
-                    sets.push(set);
-                }
-            }
-            sets
-        };
-        Self {
-            include: variants(include),
-            exclude: variants(exclude),
-        }
-    }
-
-    /// True when some spelling of `path` is included and not excluded.
-    pub fn reads(&self, path: &Path) -> bool {
-        spellings(path).iter().any(|p| {
-            self.include.iter().any(|s| s.is_match(p))
-                && !self.exclude.iter().any(|s| s.is_match(p))
-        })
-    }
-}
-
-/// `path` without `.` and `..` (lexically), and with its existing part
-/// resolved through symlinks.
-pub fn spellings(path: &Path) -> Vec<PathBuf> {
-    let mut lexical = PathBuf::new();
-    for c in path.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                lexical.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
-    let mut out = vec![lexical.clone()];
-    // The file may not exist yet: resolve the deepest existing ancestor.
-    let mut tail = Vec::new();
-    let mut cur = lexical.as_path();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(cur) {
-            let mut r = real;
-            for t in tail.iter().rev() {
-                r.push(t);
-            }
-            if r != lexical {
-                out.push(r);
-            }
-            break;
-        }
-        match (cur.parent(), cur.file_name()) {
-            (Some(parent), Some(name)) => {
-                tail.push(name.to_os_string());
-                cur = parent;
-            }
-            _ => break,
-        }
-    }
-    out
-}
-
-/// `pattern` with its literal leading directories resolved through
-/// symlinks (unchanged when they do not exist).
-fn resolve_glob_root(pattern: &str) -> String {
-    let (root, _) = crate::sources::file::discovery::walk_root(pattern);
-    let Ok(real) = std::fs::canonicalize(&root) else {
-        return pattern.to_string();
-    };
-    let root_s = root.to_string_lossy();
-    match pattern.strip_prefix(root_s.as_ref()) {
-        Some(rest) => format!("{}{}", globset::escape(&real.to_string_lossy()), rest),
-        None => pattern.to_string(),
-    }
-}
-
 /// Parses each entry of a `sources:`, `processors:` or `sinks:` list with
 /// the registered plugin of its `type`. Returns the entries with their ids,
 /// and the node of each (for checks across entries).
@@ -375,78 +275,4 @@ fn list(types: &[&str]) -> String {
         .map(|t| format!("`{t}`"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Resolves `p` against the directory of the file `n` is in.
-pub fn resolve_path(n: Node<'_>, p: &str) -> PathBuf {
-    let path = Path::new(p);
-    if path.is_absolute() {
-        return path.to_path_buf();
-    }
-    Path::new(&**n.file())
-        .parent()
-        .map(|d| d.join(path))
-        .unwrap_or_else(|| path.to_path_buf())
-}
-
-/// Replaces `${NAME}` and `${NAME:-default}` in `s` with environment
-/// values found by `lookup`, and `$$` with `$`. A `$` followed by anything
-/// else is kept as it is. Errors name the problem (unset variable, bad
-/// name, missing `}`).
-pub fn expand_env(
-    s: &str,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Cow<'_, str>, String> {
-    if !s.contains('$') {
-        return Ok(Cow::Borrowed(s));
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
-        let after = &rest[pos + 1..];
-        if let Some(r) = after.strip_prefix('$') {
-            out.push('$');
-            rest = r;
-        } else if let Some(body) = after.strip_prefix('{') {
-            let Some(end) = body.find('}') else {
-                return Err(format!(
-                    "`${{` without a closing `}}` in `{s}`; write `$${{` for a literal `${{`"
-                ));
-            };
-            let inner = &body[..end];
-            let (name, default) = match inner.split_once(":-") {
-                Some((n, d)) => (n, Some(d)),
-                None => (inner, None),
-            };
-            let valid = name
-                .bytes()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
-                && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
-            if !valid {
-                return Err(format!(
-                    "invalid environment variable name `{name}` in `{s}`: use letters, digits \
-                     and `_`, e.g. `${{HOSTNAME}}` or `${{REGION:-eu-west-1}}`"
-                ));
-            }
-            match (lookup(name), default) {
-                (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
-                (Some(v), _) => out.push_str(&v),
-                (None, Some(d)) => out.push_str(d),
-                (None, None) => {
-                    return Err(format!(
-                        "environment variable `{name}` is not set (or not UTF-8); set it, or \
-                         give a default with `${{{name}:-default}}`"
-                    ))
-                }
-            }
-            rest = &body[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    Ok(Cow::Owned(out))
 }

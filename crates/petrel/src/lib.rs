@@ -6,7 +6,7 @@
 pub mod api;
 pub mod config;
 pub mod data_dir;
-pub mod gen;
+pub mod paths;
 pub mod processors;
 pub mod registry;
 pub mod sinks;

@@ -1,6 +1,7 @@
 //! `petrel`: the log collection agent's command line.
 
-use petrel::{api, config, data_dir, gen, topology};
+use petrel::{api, config, data_dir, topology};
+use petrel_gen as gen;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,13 +1,18 @@
 //! What parsers share: the `on_error` policy and access to a field's bytes
 //! while the batch's events are being changed.
 
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
 
 use petrel_core::config::Map;
+use petrel_core::config::{Node, YamlNode};
 use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Span, Value};
 use prometheus_client::metrics::counter::Counter;
-
-use super::parse_json::{merge_fields, static_name};
 
 /// Keys every parser accepts besides its own.
 pub const PARSER_KEYS: &[&str] = &["type", "id", "field", "on_error", "raw_field"];
@@ -170,3 +175,218 @@ impl FieldParse {
         }
     }
 }
+
+/// Merges `parsed` into the event's fields with [`Event::set`] semantics
+/// (a `message` key replaces the message; an existing key is replaced; the
+/// last of repeated keys wins), leaving `parsed` empty. `distinct` promises
+/// that `parsed` has no repeated key (names fixed at build time).
+pub(crate) fn merge_fields(ev: &mut Event, parsed: &mut Vec<(Key, Value)>, distinct: bool) {
+    /// Above this many fields the quadratic `set` loop gives way to a map.
+    const LINEAR_LIMIT: usize = 32;
+    let n = parsed.len();
+    if ev.fields.is_empty()
+        && n <= LINEAR_LIMIT
+        && !parsed.iter().any(|(k, _)| k == "message")
+        && (distinct || all_distinct(parsed))
+    {
+        // The common case: the first parser of a chain. Moving the entries
+        // keeps `parsed`'s allocation for the next event.
+        ev.fields.append(parsed);
+        return;
+    }
+    if ev.fields.len() + n <= LINEAR_LIMIT {
+        for (k, v) in parsed.drain(..) {
+            ev.set(k, v);
+        }
+        return;
+    }
+    // Large objects (a hostile or unusual line): index the names so that a
+    // 100k-key object costs linear time rather than quadratic.
+    let mut index: HashMap<String, usize, BuildFnv> = ev
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.to_string(), i))
+        .collect();
+    for (k, v) in parsed.drain(..) {
+        if k == "message" {
+            ev.message = v;
+        } else if let Some(&i) = index.get(&*k) {
+            ev.fields[i].1 = v;
+        } else {
+            index.insert(k.to_string(), ev.fields.len());
+            ev.fields.push((k, v));
+        }
+    }
+}
+
+fn all_distinct(fields: &[(Key, Value)]) -> bool {
+    fields
+        .iter()
+        .enumerate()
+        .all(|(i, (k, _))| fields[..i].iter().all(|(k2, _)| k2 != k))
+}
+
+// ---------------------------------------------------------------------------
+// Field names without an allocation per field per event.
+//
+// `Key` is `Cow<'static, str>`: a `Borrowed` key costs a pointer copy, an
+// `Owned` one an allocation and a free per event. Names from configuration
+// are leaked once per distinct name (configuration is small and read a few
+// times at most, so the leak is bounded). Names found in JSON data are
+// interned the same way up to a global bound, so that the usual case — every
+// line has the same few keys — allocates nothing, while a stream of random
+// keys cannot grow memory without limit: past the bound, or for long names,
+// keys are simply owned.
+
+/// Data-derived names interned at most (each at most
+/// `MAX_INTERNED_LEN` bytes: at most 512 KiB leaked in all).
+const MAX_INTERNED_KEYS: usize = 8192;
+/// Longer data-derived names are never interned.
+const MAX_INTERNED_LEN: usize = 64;
+
+#[derive(Default)]
+struct Interner {
+    names: HashSet<&'static str>,
+    data_names: usize,
+}
+
+static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(Mutex::default);
+/// Set once the data-name bound is reached, so misses stop taking the lock.
+pub(crate) static INTERNER_FULL: AtomicBool = AtomicBool::new(false);
+
+fn leak(interner: &mut Interner, name: &str) -> &'static str {
+    match interner.names.get(name) {
+        Some(s) => s,
+        None => {
+            let s: &'static str = Box::leak(name.into());
+            interner.names.insert(s);
+            s
+        }
+    }
+}
+
+/// A `'static` copy of a configured name, leaked at most once per distinct
+/// name for the life of the process, so events can use `Cow::Borrowed`.
+pub(crate) fn static_name(name: &str) -> &'static str {
+    let mut interner = INTERNER.lock().unwrap_or_else(|p| p.into_inner());
+    leak(&mut interner, name)
+}
+
+/// The key for a configured name (see [`static_name`]).
+pub(crate) fn config_key(name: &str) -> Key {
+    Cow::Borrowed(static_name(name))
+}
+
+pub(crate) fn intern_data_name(name: &str) -> Option<&'static str> {
+    if name.len() > MAX_INTERNED_LEN || INTERNER_FULL.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut interner = INTERNER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = interner.names.get(name) {
+        return Some(s);
+    }
+    if interner.data_names >= MAX_INTERNED_KEYS {
+        INTERNER_FULL.store(true, Ordering::Relaxed);
+        return None;
+    }
+    interner.data_names += 1;
+    Some(leak(&mut interner, name))
+}
+
+/// The entries of a user-keyed map (field names chosen by the user, so no
+/// allowed-key check); None after reporting when `node` is not a map. An
+/// empty value (`key:`) is an empty map.
+pub(crate) fn free_map<'a>(node: Node<'a>, what: &str) -> Option<Vec<(&'a str, Node<'a>)>> {
+    match node.raw() {
+        YamlNode::Mapping(_) => node.as_map_quiet().map(|m| m.entries()),
+        YamlNode::Scalar(s) if s.as_str().is_empty() => Some(Vec::new()),
+        _ => {
+            node.error(format!(
+                "`{what}` must be a map of field names, e.g. `{what}: {{level: value}}`"
+            ));
+            None
+        }
+    }
+}
+
+/// A field name as a `&'static str`, so that per-event keys are
+/// `Cow::Borrowed` and cloning them never allocates. Interned: each
+/// distinct name is stored once for the process, however often the
+/// configuration is reloaded.
+pub(crate) fn intern_name(name: &str) -> &'static str {
+    static_name(name)
+}
+
+/// The regex crate's error on one line (config errors are one line each):
+/// the explanation and, when it points at the pattern, the character.
+pub(crate) fn regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(what) = lines.iter().rev().find_map(|l| l.strip_prefix("error: ")) else {
+        return lines.join(" ");
+    };
+    // The rendering is: a header, the pattern indented by 4 spaces, a line
+    // of `^` under the offending part, then `error: ...`.
+    let caret = lines
+        .iter()
+        .find(|l| l.trim().starts_with('^') && l.trim().bytes().all(|c| matches!(c, b'^' | b'-')));
+    match caret.and_then(|l| l.find('^')) {
+        Some(col) if lines.len() == 4 => {
+            format!("{what} (at character {})", col.saturating_sub(4) + 1)
+        }
+        _ => what.to_string(),
+    }
+}
+
+/// The text a regex sees for `v`: the bytes of text values; numbers and
+/// booleans written as JSON into `scratch` (the form sinks show them in);
+/// None for null, arrays and objects.
+pub(crate) fn value_text<'a>(
+    v: &'a Value,
+    buf: &'a [u8],
+    scratch: &'a mut [u8; 32],
+) -> Option<&'a [u8]> {
+    use serde_json::ser::{CompactFormatter, Formatter};
+    let mut cur = std::io::Cursor::new(&mut scratch[..]);
+    let mut f = CompactFormatter;
+    // An i64 takes at most 20 bytes and a finite f64 at most 24 in this
+    // (ryu) form, so the writes below cannot run out of room.
+    let written = match v {
+        Value::Span(_) | Value::Str(_) | Value::Bytes(_) => return v.as_bytes(buf),
+        Value::Int(i) => f.write_i64(&mut cur, *i),
+        Value::Float(x) if x.is_finite() => f.write_f64(&mut cur, *x),
+        Value::Bool(b) => cur.write_all(if *b { b"true" } else { b"false" }),
+        Value::Float(_) | Value::Null | Value::Array(_) | Value::Object(_) => return None,
+    };
+    written.ok()?;
+    let n = cur.position() as usize;
+    scratch.get(..n)
+}
+
+/// FNV-1a: field names are short, where it beats SipHash several times;
+/// hash flooding costs at most the bounded interner's lookups.
+#[derive(Default)]
+pub(crate) struct Fnv(u64);
+
+impl Hasher for Fnv {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type BuildFnv = BuildHasherDefault<Fnv>;

@@ -39,6 +39,8 @@ use petrel_core::config::{Map, Node, YamlNode};
 use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Value};
 
+use super::common::{free_map, intern_name};
+
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "copy", "rename", "add", "remove"];
 
@@ -127,37 +129,13 @@ fn constant(node: Node<'_>) -> Option<Value> {
         node.error("`add` values must be strings, numbers or booleans, not lists or maps");
         return None;
     };
-    match crate::config::expand_env(s.as_str(), |name| std::env::var(name).ok()) {
+    match petrel_core::config::expand_env(s.as_str(), |name| std::env::var(name).ok()) {
         Ok(v) => Some(Value::Str(v.into())),
         Err(e) => {
             node.error(e);
             None
         }
     }
-}
-
-/// The entries of a user-keyed map (field names chosen by the user, so no
-/// allowed-key check); None after reporting when `node` is not a map. An
-/// empty value (`key:`) is an empty map.
-pub(crate) fn free_map<'a>(node: Node<'a>, what: &str) -> Option<Vec<(&'a str, Node<'a>)>> {
-    match node.raw() {
-        YamlNode::Mapping(_) => node.as_map_quiet().map(|m| m.entries()),
-        YamlNode::Scalar(s) if s.as_str().is_empty() => Some(Vec::new()),
-        _ => {
-            node.error(format!(
-                "`{what}` must be a map of field names, e.g. `{what}: {{level: value}}`"
-            ));
-            None
-        }
-    }
-}
-
-/// A field name as a `&'static str`, so that per-event keys are
-/// `Cow::Borrowed` and cloning them never allocates. Interned: each
-/// distinct name is stored once for the process, however often the
-/// configuration is reloaded.
-pub(crate) fn intern_name(name: &str) -> &'static str {
-    super::parse_json::static_name(name)
 }
 
 /// Takes a field's value out of `ev`; `message` is left `null`.
@@ -423,37 +401,40 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         };
-        assert_eq!(crate::config::expand_env("plain", env).unwrap(), "plain");
+        assert_eq!(
+            petrel_core::config::expand_env("plain", env).unwrap(),
+            "plain"
+        );
         assert!(matches!(
-            crate::config::expand_env("plain", env).unwrap(),
+            petrel_core::config::expand_env("plain", env).unwrap(),
             Cow::Borrowed(_)
         ));
         assert_eq!(
-            crate::config::expand_env("h=${HOST}!", env).unwrap(),
+            petrel_core::config::expand_env("h=${HOST}!", env).unwrap(),
             "h=web-1!"
         );
         assert_eq!(
-            crate::config::expand_env("${NOPE:-dflt}/${EMPTY:-e}/${EMPTY}", env).unwrap(),
+            petrel_core::config::expand_env("${NOPE:-dflt}/${EMPTY:-e}/${EMPTY}", env).unwrap(),
             "dflt/e/"
         );
         assert_eq!(
-            crate::config::expand_env("$$HOST $${HOST} $5 end$", env).unwrap(),
+            petrel_core::config::expand_env("$$HOST $${HOST} $5 end$", env).unwrap(),
             "$HOST ${HOST} $5 end$"
         );
         assert_eq!(
-            crate::config::expand_env("${HOST:-}", env).unwrap(),
+            petrel_core::config::expand_env("${HOST:-}", env).unwrap(),
             "web-1"
         );
-        assert!(crate::config::expand_env("${NOPE}", env)
+        assert!(petrel_core::config::expand_env("${NOPE}", env)
             .unwrap_err()
             .contains("`NOPE` is not set"));
-        assert!(crate::config::expand_env("${HOST", env)
+        assert!(petrel_core::config::expand_env("${HOST", env)
             .unwrap_err()
             .contains("closing"));
-        assert!(crate::config::expand_env("${1X}", env)
+        assert!(petrel_core::config::expand_env("${1X}", env)
             .unwrap_err()
             .contains("invalid environment variable name"));
-        assert!(crate::config::expand_env("${}", env)
+        assert!(petrel_core::config::expand_env("${}", env)
             .unwrap_err()
             .contains("invalid"));
     }

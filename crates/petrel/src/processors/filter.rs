@@ -26,15 +26,13 @@
 //! `petrel_component_discarded_events_total{reason="filtered"}`; they are
 //! not errors.
 
-use std::io::Write;
-
 use petrel_core::config::{Map, Node};
 use petrel_core::plugin::Processor;
-use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
+use petrel_core::{ComponentMetrics, Event, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 use regex::bytes::Regex;
 
-use super::fields::{free_map, intern_name};
+use super::common::{free_map, intern_name, regex_error, value_text};
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "include", "exclude"];
@@ -161,52 +159,6 @@ impl Processor for Filter {
     }
 }
 
-/// The regex crate's error on one line (config errors are one line each):
-/// the explanation and, when it points at the pattern, the character.
-pub(crate) fn regex_error(e: &regex::Error) -> String {
-    let text = e.to_string();
-    let lines: Vec<&str> = text.lines().collect();
-    let Some(what) = lines.iter().rev().find_map(|l| l.strip_prefix("error: ")) else {
-        return lines.join(" ");
-    };
-    // The rendering is: a header, the pattern indented by 4 spaces, a line
-    // of `^` under the offending part, then `error: ...`.
-    let caret = lines
-        .iter()
-        .find(|l| l.trim().starts_with('^') && l.trim().bytes().all(|c| matches!(c, b'^' | b'-')));
-    match caret.and_then(|l| l.find('^')) {
-        Some(col) if lines.len() == 4 => {
-            format!("{what} (at character {})", col.saturating_sub(4) + 1)
-        }
-        _ => what.to_string(),
-    }
-}
-
-/// The text a regex sees for `v`: the bytes of text values; numbers and
-/// booleans written as JSON into `scratch` (the form sinks show them in);
-/// None for null, arrays and objects.
-pub(crate) fn value_text<'a>(
-    v: &'a Value,
-    buf: &'a [u8],
-    scratch: &'a mut [u8; 32],
-) -> Option<&'a [u8]> {
-    use serde_json::ser::{CompactFormatter, Formatter};
-    let mut cur = std::io::Cursor::new(&mut scratch[..]);
-    let mut f = CompactFormatter;
-    // An i64 takes at most 20 bytes and a finite f64 at most 24 in this
-    // (ryu) form, so the writes below cannot run out of room.
-    let written = match v {
-        Value::Span(_) | Value::Str(_) | Value::Bytes(_) => return v.as_bytes(buf),
-        Value::Int(i) => f.write_i64(&mut cur, *i),
-        Value::Float(x) if x.is_finite() => f.write_f64(&mut cur, *x),
-        Value::Bool(b) => cur.write_all(if *b { b"true" } else { b"false" }),
-        Value::Float(_) | Value::Null | Value::Array(_) | Value::Object(_) => return None,
-    };
-    written.ok()?;
-    let n = cur.position() as usize;
-    scratch.get(..n)
-}
-
 /// Registration of `type: filter`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "filter",
@@ -233,6 +185,7 @@ mod tests {
     use crate::processors::fields::test_support::{
         batch_of, batch_raw, cfg_errors, metrics, parse_cfg, with_field,
     };
+    use petrel_core::Value;
 
     fn filter(yaml: &str) -> (Filter, ComponentMetrics) {
         let c = parse_cfg(yaml, KEYS, Config::parse).expect("config");

@@ -45,9 +45,8 @@ use petrel_core::{ComponentMetrics, EventBatch, Key, Value};
 use regex::bytes::Regex;
 use sha2::{Digest, Sha256};
 
-use super::fields::intern_name;
-use super::filter::{regex_error, value_text};
-use crate::config::expand_env;
+use super::common::{intern_name, regex_error, value_text};
+use petrel_core::config::expand_env;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "field", "pattern", "replace", "hash", "salt"];

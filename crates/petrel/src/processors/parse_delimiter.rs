@@ -48,8 +48,7 @@ use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, EventBatch, Key, Value};
 
-use super::common::{self, FieldParse, OnError, PARSER_KEYS};
-use super::parse_json::config_key;
+use super::common::{self, config_key, FieldParse, OnError, PARSER_KEYS};
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[

@@ -39,19 +39,16 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
 
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
-use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Span, Value};
+use petrel_core::{ComponentMetrics, EventBatch, Key, Span, Value};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::common::{FieldParse, OnError, PARSER_KEYS};
+use super::common::{intern_data_name, static_name, BuildFnv, FieldParse, OnError, PARSER_KEYS};
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[
@@ -241,151 +238,6 @@ impl JsonParser {
         })
     }
 }
-
-/// Merges `parsed` into the event's fields with [`Event::set`] semantics
-/// (a `message` key replaces the message; an existing key is replaced; the
-/// last of repeated keys wins), leaving `parsed` empty. `distinct` promises
-/// that `parsed` has no repeated key (names fixed at build time).
-pub(crate) fn merge_fields(ev: &mut Event, parsed: &mut Vec<(Key, Value)>, distinct: bool) {
-    /// Above this many fields the quadratic `set` loop gives way to a map.
-    const LINEAR_LIMIT: usize = 32;
-    let n = parsed.len();
-    if ev.fields.is_empty()
-        && n <= LINEAR_LIMIT
-        && !parsed.iter().any(|(k, _)| k == "message")
-        && (distinct || all_distinct(parsed))
-    {
-        // The common case: the first parser of a chain. Moving the entries
-        // keeps `parsed`'s allocation for the next event.
-        ev.fields.append(parsed);
-        return;
-    }
-    if ev.fields.len() + n <= LINEAR_LIMIT {
-        for (k, v) in parsed.drain(..) {
-            ev.set(k, v);
-        }
-        return;
-    }
-    // Large objects (a hostile or unusual line): index the names so that a
-    // 100k-key object costs linear time rather than quadratic.
-    let mut index: HashMap<String, usize, BuildFnv> = ev
-        .fields
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| (k.to_string(), i))
-        .collect();
-    for (k, v) in parsed.drain(..) {
-        if k == "message" {
-            ev.message = v;
-        } else if let Some(&i) = index.get(&*k) {
-            ev.fields[i].1 = v;
-        } else {
-            index.insert(k.to_string(), ev.fields.len());
-            ev.fields.push((k, v));
-        }
-    }
-}
-
-fn all_distinct(fields: &[(Key, Value)]) -> bool {
-    fields
-        .iter()
-        .enumerate()
-        .all(|(i, (k, _))| fields[..i].iter().all(|(k2, _)| k2 != k))
-}
-
-// ---------------------------------------------------------------------------
-// Field names without an allocation per field per event.
-//
-// `Key` is `Cow<'static, str>`: a `Borrowed` key costs a pointer copy, an
-// `Owned` one an allocation and a free per event. Names from configuration
-// are leaked once per distinct name (configuration is small and read a few
-// times at most, so the leak is bounded). Names found in JSON data are
-// interned the same way up to a global bound, so that the usual case — every
-// line has the same few keys — allocates nothing, while a stream of random
-// keys cannot grow memory without limit: past the bound, or for long names,
-// keys are simply owned.
-
-/// Data-derived names interned at most (each at most
-/// `MAX_INTERNED_LEN` bytes: at most 512 KiB leaked in all).
-const MAX_INTERNED_KEYS: usize = 8192;
-/// Longer data-derived names are never interned.
-const MAX_INTERNED_LEN: usize = 64;
-
-#[derive(Default)]
-struct Interner {
-    names: HashSet<&'static str>,
-    data_names: usize,
-}
-
-static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(Mutex::default);
-/// Set once the data-name bound is reached, so misses stop taking the lock.
-static INTERNER_FULL: AtomicBool = AtomicBool::new(false);
-
-fn leak(interner: &mut Interner, name: &str) -> &'static str {
-    match interner.names.get(name) {
-        Some(s) => s,
-        None => {
-            let s: &'static str = Box::leak(name.into());
-            interner.names.insert(s);
-            s
-        }
-    }
-}
-
-/// A `'static` copy of a configured name, leaked at most once per distinct
-/// name for the life of the process, so events can use `Cow::Borrowed`.
-pub(crate) fn static_name(name: &str) -> &'static str {
-    let mut interner = INTERNER.lock().unwrap_or_else(|p| p.into_inner());
-    leak(&mut interner, name)
-}
-
-/// The key for a configured name (see [`static_name`]).
-pub(crate) fn config_key(name: &str) -> Key {
-    Cow::Borrowed(static_name(name))
-}
-
-fn intern_data_name(name: &str) -> Option<&'static str> {
-    if name.len() > MAX_INTERNED_LEN || INTERNER_FULL.load(Ordering::Relaxed) {
-        return None;
-    }
-    let mut interner = INTERNER.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = interner.names.get(name) {
-        return Some(s);
-    }
-    if interner.data_names >= MAX_INTERNED_KEYS {
-        INTERNER_FULL.store(true, Ordering::Relaxed);
-        return None;
-    }
-    interner.data_names += 1;
-    Some(leak(&mut interner, name))
-}
-
-/// FNV-1a: field names are short, where it beats SipHash several times;
-/// hash flooding costs at most the bounded interner's lookups.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type BuildFnv = BuildHasherDefault<Fnv>;
 
 /// Per-thread view of the interned names: the hot path looks names up here
 /// without any lock.
@@ -770,9 +622,12 @@ impl petrel_core::plugin::ProcessorConfig for Config {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::processors::common::{merge_fields, INTERNER_FULL};
     use bytes::Bytes;
     use petrel_core::config::{parse_yaml, ConfigErrors, Node};
+    use petrel_core::Event;
     use petrel_core::{Metrics, SourceInfo};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     fn config(yaml: &str) -> Result<Config, Vec<String>> {

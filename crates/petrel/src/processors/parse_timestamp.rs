@@ -61,12 +61,12 @@
 
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
-use petrel_core::timestamp::{TimeZone, TimestampFormat};
 use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
+use petrel_time::{TimeZone, TimestampFormat};
 use prometheus_client::metrics::counter::Counter;
 
+use super::common::intern_name;
 use super::common::{self, OnError};
-use super::fields::intern_name;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &[
@@ -248,7 +248,7 @@ impl petrel_core::plugin::ProcessorConfig for Config {
 mod tests {
     use super::super::fields::test_support::*;
     use super::*;
-    use petrel_core::encode::write_rfc3339;
+    use petrel_time::write_rfc3339;
 
     fn pt(yaml: &str) -> (ParseTimestamp, ComponentMetrics) {
         let c = parse_cfg(yaml, KEYS, Config::parse).expect("config");

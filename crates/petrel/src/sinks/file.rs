@@ -38,7 +38,7 @@ impl FileSinkConfig {
             return None;
         }
         Some(Self {
-            path: crate::config::resolve_path(map.node(), path),
+            path: crate::paths::resolve_path(map.node(), path),
             encoding: super::parse_encoding(&map)?,
             fsync: map.bool("fsync").unwrap_or(false),
             read_back: map.bool("read_back").unwrap_or(false),

@@ -115,14 +115,15 @@ impl HttpSinkConfig {
                 Some(hm) => {
                     for (k, v) in hm.entries() {
                         let Some(raw) = v.as_str() else { continue };
-                        let value =
-                            match crate::config::expand_env(raw, |name| std::env::var(name).ok()) {
-                                Ok(s) => s.into_owned(),
-                                Err(e) => {
-                                    v.error(format!("header `{k}`: {e}"));
-                                    continue;
-                                }
-                            };
+                        let value = match petrel_core::config::expand_env(raw, |name| {
+                            std::env::var(name).ok()
+                        }) {
+                            Ok(s) => s.into_owned(),
+                            Err(e) => {
+                                v.error(format!("header `{k}`: {e}"));
+                                continue;
+                            }
+                        };
                         if HeaderName::from_bytes(k.as_bytes()).is_err() {
                             v.error(format!("`{k}` is not a valid header name"));
                         } else if HeaderValue::from_str(&value).is_err() {

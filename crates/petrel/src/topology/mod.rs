@@ -87,11 +87,11 @@ pub fn hostname() -> Arc<str> {
 /// Only files its sources' globs could match are listed, so that adding
 /// an unrelated sink elsewhere does not count as a change of `pipeline`.
 fn own_outputs(all: &[PipelineConfig], pipeline: &PipelineConfig) -> Vec<PathBuf> {
-    let readers: Vec<crate::config::ReadMatcher> = pipeline
+    let readers: Vec<crate::paths::ReadMatcher> = pipeline
         .sources
         .iter()
         .filter_map(|(_, s)| s.read_globs())
-        .map(|(inc, exc)| crate::config::ReadMatcher::new(inc, exc))
+        .map(|(inc, exc)| crate::paths::ReadMatcher::new(inc, exc))
         .collect();
     let mut out = Vec::new();
     for p in all {

@@ -7,10 +7,12 @@
 //! miss (queue overflow, watch limits, network file systems).
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 use inotify::{Inotify, WatchDescriptor, WatchMask};
+
+pub use crate::paths::{compile_glob, is_clean_absolute, walk_root};
 
 use super::identity::FileId;
 
@@ -21,43 +23,6 @@ pub struct Patterns {
     pub include: Vec<String>,
     /// Absolute exclude globs.
     pub exclude: Vec<String>,
-}
-
-/// Compiles one glob the way the file source uses it: `*` and `?` stay
-/// within a path component, `**` spans any depth.
-pub fn compile_glob(pattern: &str) -> Result<Glob, globset::Error> {
-    GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
-}
-
-/// The part of a pattern before its first glob character, and how many
-/// components below it the pattern can reach (`None`: any depth).
-pub fn walk_root(pattern: &str) -> (PathBuf, Option<usize>) {
-    let mut base = PathBuf::new();
-    let mut rest = Vec::new();
-    let mut in_glob = false;
-    for c in Path::new(pattern).components() {
-        let s = c.as_os_str().to_string_lossy();
-        if !in_glob && !s.contains(['*', '?', '[', '{']) {
-            base.push(c.as_os_str());
-        } else {
-            in_glob = true;
-            rest.push(s.to_string());
-        }
-    }
-    if rest.is_empty() {
-        // A literal path: watch its directory.
-        let parent = base.parent().map(Path::to_path_buf).unwrap_or_default();
-        return (parent, Some(1));
-    }
-    let depth = if rest.iter().any(|s| s.contains("**")) {
-        None
-    } else {
-        Some(rest.len())
-    };
-    (base, depth)
 }
 
 /// A file seen by a scan.
@@ -442,12 +407,6 @@ impl Discovery {
         self.watched.retain(|d| live.contains(d));
         ch
     }
-}
-
-/// True when `p` is absolute and has no `..` components.
-pub fn is_clean_absolute(p: &str) -> bool {
-    let path = Path::new(p);
-    path.is_absolute() && !path.components().any(|c| matches!(c, Component::ParentDir))
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ fn glob_of(n: petrel_core::config::Node<'_>, p: &str) -> Option<String> {
         n.error("an include glob must not be empty; write a path such as `/var/log/app/*.log`");
         return None;
     }
-    let abs = crate::config::resolve_path(n, p)
+    let abs = crate::paths::resolve_path(n, p)
         .to_string_lossy()
         .into_owned();
     if !discovery::is_clean_absolute(&abs) {
@@ -220,7 +220,7 @@ impl petrel_core::plugin::SourceConfig for FileSourceConfig {
         })?;
         let mut config = self.clone();
         for p in ctx.own_outputs.iter() {
-            for s in crate::config::spellings(p) {
+            for s in crate::paths::spellings(p) {
                 config.exclude.push(globset::escape(&s.to_string_lossy()));
             }
         }

@@ -30,8 +30,8 @@
 use std::time::Duration;
 
 use petrel_core::config::{Map, Node};
-use petrel_core::timestamp::{self, TimeZone, TimestampFormat};
 use petrel_core::Span;
+use petrel_time::{self as timestamp, TimeZone, TimestampFormat};
 use regex::bytes::Regex;
 
 /// Keys accepted under `multiline:`.

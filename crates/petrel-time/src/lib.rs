@@ -31,6 +31,9 @@
 //! Every parse returns nanoseconds since the Unix epoch (UTC) and the number
 //! of bytes consumed; times outside what `i64` nanoseconds can hold (years
 //! 1677..2262) do not parse.
+//!
+//! Also here: the calendar arithmetic and RFC 3339 formatting that the
+//! encoders use for event times.
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -42,7 +45,7 @@ const DAY: i64 = 86_400;
 const FUTURE_SLACK: i64 = 7 * DAY;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date; the inverse of
-/// [`crate::encode::civil_from_days`] (Howard Hinnant's algorithm).
+/// [`civil_from_days`] (Howard Hinnant's algorithm).
 /// `m` is 1..=12 and `d` 1..=31; other values give meaningless results.
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -255,7 +258,7 @@ fn to_ns(p: &Parts, tz: &TimeZone, now: impl FnOnce() -> i64) -> Option<i64> {
     }
     // Year inference: see the module documentation.
     let now = now();
-    let year = crate::encode::civil_from_days(now.div_euclid(DAY)).0;
+    let year = civil_from_days(now.div_euclid(DAY)).0;
     c.year = year;
     let this = civil_to_ns(&mut c.clone(), p.yday, p.offset, tz);
     let this_secs = this.map(|ns| ns.div_euclid(NS));
@@ -294,8 +297,7 @@ fn civil_to_ns(
         if !(1..=len).contains(&yd) {
             return None;
         }
-        let (_, m, d) =
-            crate::encode::civil_from_days(days_from_civil(c.year, 1, 1) + i64::from(yd) - 1);
+        let (_, m, d) = civil_from_days(days_from_civil(c.year, 1, 1) + i64::from(yd) - 1);
         c.month = m;
         c.day = d;
     }
@@ -1162,10 +1164,52 @@ fn run(items: &[Item], b: &[u8]) -> Option<(Parts, usize)> {
     Some((p, i))
 }
 
+/// Writes nanoseconds since the epoch as RFC 3339 in UTC with nanoseconds.
+pub fn write_rfc3339(ns: i64, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let secs = ns.div_euclid(1_000_000_000);
+    let nanos = ns.rem_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+        y,
+        m,
+        d,
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60,
+        nanos
+    );
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{civil_from_days, write_rfc3339};
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
 
     /// A fixed "now" for year inference: 2025-06-15T00:00:00Z.
     const NOW: i64 = 1_749_945_600;

@@ -27,6 +27,7 @@
 #                   gen = `petrel gen --rate` (one write per 10 ms slice);
 #                   lines = one write() per 128-byte line, paced every 1 ms
 #                   (an application logging line by line without buffering)
+#   BENCH_MEMORY    petrel's --memory-limit for every run (default: petrel's default)
 #   BENCH_NO_BUILD=1  skip `cargo build --release -p petrel`
 #
 # Units: MB = 10^6 bytes, GB = 10^9 bytes. Everything lands in bench/out/
@@ -199,6 +200,7 @@ throughput() {
                     page_cache "$f"
                     run_child python3 "$HELPER" throughput --bin "$BIN" --file "$f" \
                         --lines "$expect" --sink "$sink" --threads "$thr" "${parse[@]}" \
+                        ${BENCH_MEMORY:+--memory-limit "$BENCH_MEMORY"} \
                         --workdir "$wd" --timeout "$BENCH_TIMEOUT" --quiet-wait "$BENCH_QUIET_WAIT" > "$res" \
                         || die "run $name #$rep failed (logs in $wd)"
                     cat "$res" >> "$jsonl"

@@ -51,8 +51,8 @@ struct RunArgs {
     /// Processing threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Memory for in-flight data, e.g. 67108864 or 64MiB.
-    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    /// Memory for in-flight data, e.g. 33554432 or 32MiB (the default, chosen by measurement: see BENCHMARKS.md).
+    #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
     memory_limit: u64,
     /// Address of the metrics and health API; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8686")]

@@ -84,6 +84,22 @@ const CASES: &[(&str, &str, &[&str])] = &[
         "sources:\n  - type: file\n    include: [\"logs/*.log\"]\nsinks:\n  - type: blackhole\n  - type: file\n    path: logs/out.log\n",
         &["feedback.yaml:7:11: the file sink writes `logs/out.log`, which source `file_0` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"],
     ),
+    (
+        // `..` does not hide the loop.
+        "feedback_dotdot.yaml",
+        "sources:\n  - type: file\n    include: [\"ll/*.log\"]\nsinks:\n  - type: file\n    path: ll/sub/../out.log\n",
+        &["feedback_dotdot.yaml:6:11: the file sink writes `ll/sub/../out.log`, which source `file_0` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"],
+    ),
+    (
+        "empty_include.yaml",
+        "sources:\n  - type: file\n    include: [\"\"]\nsinks:\n  - type: stdout\n",
+        &["empty_include.yaml:3:15: an include glob must not be empty; write a path such as `/var/log/app/*.log`"],
+    ),
+    (
+        "empty_sink_path.yaml",
+        "sources:\n  - type: file\n    include: [\"x/*.log\"]\nsinks:\n  - type: file\n    path: \"\"\n",
+        &["empty_sink_path.yaml:5:5: `path` must not be empty"],
+    ),
 ];
 
 fn lines(s: &str) -> Vec<&str> {
@@ -195,5 +211,24 @@ fn valid_config_and_directories() {
     assert_eq!(
         lines(&stdout),
         vec!["empty:1:1: no pipeline files (*.yaml or *.yml) in this directory; add one, e.g. from examples/"]
+    );
+}
+
+/// A symlinked directory does not hide a feedback loop either.
+#[test]
+fn feedback_through_a_symlinked_directory_is_refused() {
+    let dir = tempdir();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+    std::fs::write(
+        dir.path().join("sym.yaml"),
+        "sources:\n  - type: file\n    include: [\"link/*.log\"]\nsinks:\n  - type: file\n    path: real/out.log\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "sym.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(
+        lines(&stdout),
+        vec!["sym.yaml:6:11: the file sink writes `real/out.log`, which source `file_0` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"]
     );
 }

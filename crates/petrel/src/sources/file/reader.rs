@@ -108,6 +108,11 @@ pub struct FileReader {
     /// Committed offset at the last failure: progress since resets the
     /// backoff.
     committed_at_failure: u64,
+    /// When [`FileReader::refresh`] last looked at the file.
+    pub last_refresh: Instant,
+    /// (read offset, committed offset, size) last published as gauges, so
+    /// that idle files cost no metric updates.
+    pub gauged: Option<(u64, u64, u64)>,
 }
 
 impl FileReader {
@@ -140,6 +145,8 @@ impl FileReader {
             retry_backoff: std::time::Duration::ZERO,
             retry_at: None,
             committed_at_failure: 0,
+            last_refresh: Instant::now(),
+            gauged: None,
         };
         r.seek(offset);
         r
@@ -184,12 +191,14 @@ impl FileReader {
                 self.source.meta.clone(),
             ));
             self.path = path;
+            self.gauged = None;
         }
     }
 
     /// Checks size, links and fingerprint; handles truncation and rewrites
     /// (copytruncate) by starting over from offset 0.
     pub fn refresh(&mut self, ctx: &ReadContext) {
+        self.last_refresh = Instant::now();
         let Some(f) = self.file.as_ref() else { return };
         let Ok(meta) = f.metadata() else {
             ctx.read_errors.inc();

@@ -131,6 +131,13 @@ pub trait Source: Send {
     fn is_alive(&self) -> bool {
         true
     }
+
+    /// True once the source has ended by itself and everything it emitted
+    /// was delivered (standard input reached its end). When every source
+    /// of the agent is finished, the agent stops.
+    fn is_finished(&self) -> bool {
+        false
+    }
 }
 
 /// Settings of the whole agent that sources may need.

@@ -304,6 +304,10 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             },
             default(Duration::from_secs(1)) => {}
         }
+        if topo.finished() {
+            tracing::info!("every source has ended and its data was delivered; stopping");
+            break;
+        }
         let dead = topo.dead_threads();
         if !dead.is_empty() {
             for t in &dead {

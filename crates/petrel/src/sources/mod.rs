@@ -1,3 +1,4 @@
 //! Sources: where events enter the agent. One module per plugin.
 
 pub mod file;
+pub mod stdin;

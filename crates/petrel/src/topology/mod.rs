@@ -397,6 +397,21 @@ impl Topology {
         dead
     }
 
+    /// True when there are sources and every one has finished by itself
+    /// (all input consumed and delivered): the agent then stops.
+    pub fn finished(&self) -> bool {
+        let mut any = false;
+        for p in self.pipelines.values() {
+            for s in &p.sources {
+                if !s.is_finished() {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        any
+    }
+
     /// Stops reading, drains in-flight data to the sinks, writes the final
     /// checkpoint, and stops every thread, all by `deadline`: one bound for
     /// the whole shutdown, however many sinks are stuck. An error means

@@ -1,7 +1,7 @@
 //! `type: file` — appends encoded events to a local file.
 
 use std::fs::{File, OpenOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -37,6 +37,15 @@ impl FileSinkConfig {
             map.node().error("`path` must not be empty");
             return None;
         }
+        let resolved = crate::paths::resolve_path(map.node(), path);
+        if let Some(what) = refuse_kind(&resolved) {
+            if let Some(n) = map.get("path") {
+                n.error(format!(
+                    "`{path}` is {what}; the file sink writes regular files (or devices such as /dev/null)"
+                ));
+            }
+            return None;
+        }
         Some(Self {
             path: crate::paths::resolve_path(map.node(), path),
             encoding: super::parse_encoding(&map)?,
@@ -50,46 +59,147 @@ impl FileSinkConfig {
 pub struct FileSink {
     encoding: Encoding,
     fsync: bool,
-    file: Mutex<Option<SyncFile>>,
+    file: Mutex<Option<OutFile>>,
     metrics: ComponentMetrics,
 }
 
-struct SyncFile(File);
+/// The output file, reopened when its path stops naming it.
+struct OutFile {
+    path: PathBuf,
+    file: File,
+    /// Device and inode of `file`.
+    id: (u64, u64),
+    /// A regular file (not a device such as /dev/null): it can be
+    /// truncated back after a failed write.
+    regular: bool,
+    /// Length before the group being written.
+    mark: u64,
+}
 
-impl std::io::Write for SyncFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
+/// Why a path cannot be a file sink's output, if it cannot.
+fn refuse_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = std::fs::metadata(path).ok()?.file_type();
+    if ft.is_fifo() {
+        Some("a FIFO (opening it would block until a reader appears)")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else if ft.is_dir() {
+        Some("a directory")
+    } else {
+        None
     }
 }
 
-impl Target for SyncFile {
+impl OutFile {
+    fn open(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        if let Some(what) = refuse_kind(path) {
+            return Err(std::io::Error::other(format!(
+                "{} is {what}; the file sink writes regular files (or devices such as /dev/null)",
+                path.display()
+            )));
+        }
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        // O_NONBLOCK: a FIFO created after the check above must not hang
+        // the open; it is refused below.
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if refuse_kind(path).is_some() || !(meta.is_file() || is_char_device(&meta)) {
+            return Err(std::io::Error::other(format!(
+                "{} is not a regular file or a character device",
+                path.display()
+            )));
+        }
+        // Regular files and devices: blocking writes, as usual.
+        // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+        unsafe {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+            }
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            id: (meta.dev(), meta.ino()),
+            regular: meta.is_file(),
+            mark: meta.len(),
+            file,
+        })
+    }
+}
+
+fn is_char_device(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    meta.file_type().is_char_device()
+}
+
+impl std::io::Write for OutFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Target for OutFile {
     fn sync(&mut self) -> std::io::Result<()> {
-        self.0.sync_data()
+        self.file.sync_data()
+    }
+
+    fn begin(&mut self) -> std::io::Result<()> {
+        if self.regular {
+            self.mark = self.file.metadata()?.len();
+        }
+        Ok(())
+    }
+
+    fn rollback(&mut self) {
+        if !self.regular {
+            return;
+        }
+        // Appends land at the end, so a failed group is exactly what lies
+        // past the mark.
+        if let Err(e) = self.file.set_len(self.mark) {
+            tracing::warn!(path = %self.path.display(), error = %e,
+                "cannot cut a partly written group back; the retry may follow a torn record");
+        }
+    }
+
+    fn verify(&mut self) -> std::io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let named = std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if named == Some(self.id) {
+            return Ok(true);
+        }
+        tracing::warn!(path = %self.path.display(),
+            "the output file was deleted, replaced or repointed; reopening its path");
+        *self = OutFile::open(&self.path)?;
+        Ok(false)
     }
 }
 
 impl FileSink {
     /// Opens (creating if needed) the output file for appending.
     pub fn new(c: &FileSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
-        if let Some(dir) = c.path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    anyhow::anyhow!("file sink: cannot create directory {}: {e}", dir.display())
-                })?;
-            }
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&c.path)
+        let file = OutFile::open(&c.path)
             .map_err(|e| anyhow::anyhow!("file sink: cannot open {}: {e}", c.path.display()))?;
         Ok(Self {
             encoding: c.encoding,
             fsync: c.fsync,
-            file: Mutex::new(Some(SyncFile(file))),
+            file: Mutex::new(Some(file)),
             metrics,
         })
     }

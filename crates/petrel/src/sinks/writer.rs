@@ -14,6 +14,25 @@ const MAX_PAYLOADS_PER_WRITE: usize = 64;
 pub trait Target: Write + Send + 'static {
     /// Makes written data durable (fdatasync for files).
     fn sync(&mut self) -> std::io::Result<()>;
+
+    /// Called before writing a group of payloads: a file remembers its
+    /// length, so that a write that fails half way can be undone.
+    fn begin(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Undoes a group that failed part way (a short write on a full disk),
+    /// so the retry does not leave a torn record and duplicates behind.
+    fn rollback(&mut self) {}
+
+    /// After a successful write: is the data where the destination's name
+    /// points? A file whose path was deleted, replaced or repointed answers
+    /// `Ok(false)` after reopening the path, and the group is written
+    /// again there; it is never acknowledged while only in an unlinked
+    /// file.
+    fn verify(&mut self) -> std::io::Result<bool> {
+        Ok(true)
+    }
 }
 
 /// Writes payloads until the queue closes. The writes run on tokio's
@@ -37,7 +56,7 @@ pub async fn run<T: Target>(
         loop {
             let work = std::mem::take(&mut batch);
             let joined = tokio::task::spawn_blocking(move || {
-                let res = write_all(&mut target, &work, sync);
+                let res = write_group(&mut target, &work, sync);
                 (target, work, res)
             })
             .await;
@@ -50,7 +69,11 @@ pub async fn run<T: Target>(
             target = t;
             batch = work;
             match res {
-                Ok(()) => break,
+                Ok(true) => break,
+                Ok(false) => {
+                    m.error("output_replaced", 1);
+                    tracing::warn!("the sink's output was deleted or replaced; reopened it and writing the data again there");
+                }
                 Err(e) => {
                     errors.inc();
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "sink write failed; retrying");
@@ -67,13 +90,29 @@ pub async fn run<T: Target>(
     }
 }
 
-fn write_all<T: Target>(target: &mut T, work: &[Payload], sync: bool) -> std::io::Result<()> {
-    for p in work {
-        target.write_all(&p.data.bytes)?;
+/// Writes a group; `Ok(false)` when it must be written again (the output
+/// was replaced and reopened). On an error the partial group is undone and
+/// the output reopened if its path changed, so the retry starts clean.
+fn write_group<T: Target>(target: &mut T, work: &[Payload], sync: bool) -> std::io::Result<bool> {
+    let res = (|| {
+        target.begin()?;
+        for p in work {
+            target.write_all(&p.data.bytes)?;
+        }
+        target.flush()?;
+        if sync {
+            target.sync()?;
+        }
+        Ok(())
+    })();
+    match res {
+        Ok(()) => target.verify(),
+        Err(e) => {
+            target.rollback();
+            // A path repointed away from a failing device (a symlink to
+            // /dev/full, a full disk replaced) is picked up by the retry.
+            let _ = target.verify();
+            Err(e)
+        }
     }
-    target.flush()?;
-    if sync {
-        target.sync()?;
-    }
-    Ok(())
 }

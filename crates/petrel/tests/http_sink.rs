@@ -31,11 +31,15 @@ struct Seen {
 
 /// How the server answers: `fail_first` requests get `status` (with
 /// `Retry-After: retry_after` if set), later ones 200.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct Behaviour {
     fail_first: usize,
     status: u16,
     retry_after: Option<u64>,
+    /// Every request gets `status` until then.
+    fail_until: Option<Instant>,
+    /// Requests whose body contains this text get 413.
+    refuse_marker: Option<&'static str>,
 }
 
 fn decode(headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
@@ -79,7 +83,14 @@ fn serve(addr: SocketAddr, behaviour: Behaviour, seen: Arc<Seen>) -> SocketAddr 
                             seen.auth.lock().unwrap().push(a.to_string());
                         }
                         let n = seen.requests.fetch_add(1, Ordering::SeqCst);
-                        if n < b.fail_first {
+                        let plain = decode(&headers, &body);
+                        if let Some(m) = b.refuse_marker {
+                            if plain.windows(m.len()).any(|w| w == m.as_bytes()) {
+                                return (StatusCode::PAYLOAD_TOO_LARGE, "record too large")
+                                    .into_response();
+                            }
+                        }
+                        if n < b.fail_first || b.fail_until.is_some_and(|t| Instant::now() < t) {
                             let mut r: Response = (
                                 StatusCode::from_u16(b.status).unwrap(),
                                 format!("refused on purpose, request {n}"),
@@ -91,7 +102,7 @@ fn serve(addr: SocketAddr, behaviour: Behaviour, seen: Arc<Seen>) -> SocketAddr 
                             }
                             return r;
                         }
-                        seen.bodies.lock().unwrap().push(decode(&headers, &body));
+                        seen.bodies.lock().unwrap().push(plain);
                         StatusCode::OK.into_response()
                     }
                 }),
@@ -163,6 +174,7 @@ fn delivers_gzip_ndjson_with_headers() {
             fail_first: 0,
             status: 200,
             retry_after: None,
+            ..Default::default()
         },
         seen.clone(),
     );
@@ -202,6 +214,7 @@ fn retries_500_then_succeeds_zstd_json_array() {
             fail_first: 3,
             status: 500,
             retry_after: None,
+            ..Default::default()
         },
         seen.clone(),
     );
@@ -234,6 +247,7 @@ fn honours_retry_after_on_429() {
             fail_first: 1,
             status: 429,
             retry_after: Some(2),
+            ..Default::default()
         },
         seen.clone(),
     );
@@ -283,6 +297,7 @@ fn connection_refused_then_server_up() {
             fail_first: 0,
             status: 200,
             retry_after: None,
+            ..Default::default()
         },
         seen.clone(),
     );
@@ -290,7 +305,111 @@ fn connection_refused_then_server_up() {
 }
 
 #[test]
-fn rejected_4xx_is_counted_and_logged() {
+fn refused_records_go_to_the_dead_letter_file() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 1000);
+    // One record the endpoint refuses with 413; the others are fine.
+    let poison = "http line 000377";
+    let seen = Arc::new(Seen::default());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            status: 200,
+            refuse_marker: Some(poison),
+            ..Default::default()
+        },
+        seen.clone(),
+    );
+    let dead = dir.path().join("dead.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "dl",
+        &http_config(
+            &app,
+            addr,
+            &format!("    dead_letter: \"{}\"\n", dead.display()),
+        ),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    let others: Vec<String> = lines.iter().filter(|l| *l != poison).cloned().collect();
+    wait_all(&seen, &others);
+    wait_for(LONG, "the dead letter", || {
+        let n = count_lines(&dead);
+        (n == 1).then_some(()).ok_or(format!("{n} lines"))
+    });
+    let v: serde_json::Value = serde_json::from_slice(&read_lines(&dead)[0]).unwrap();
+    assert_eq!(v["record"]["message"], poison, "{v}");
+    assert_eq!(v["status"], 413, "{v}");
+    assert!(!received_messages(&seen).iter().any(|m| m == poison));
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_discarded_events_total",
+            &[("pipeline", "dl"), ("reason", "dead_letter")],
+        ),
+        1.0
+    );
+    // Everything else was delivered, and the file is committed to its end.
+    let len = std::fs::metadata(&app).unwrap().len();
+    wait_for(
+        LONG,
+        "the checkpoint at the end",
+        || match checkpoint_offset(&dir.path().join("data"), &app) {
+            Some(o) if o == len => Ok(()),
+            o => Err(format!("{o:?}")),
+        },
+    );
+}
+
+#[test]
+fn unauthorized_data_waits_and_is_delivered_when_the_token_works() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 500);
+    let seen = Arc::new(Seen::default());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            status: 401,
+            fail_until: Some(Instant::now() + Duration::from_secs(20)),
+            ..Default::default()
+        },
+        seen.clone(),
+    );
+    let cfg = write_config(dir.path(), "auth", &http_config(&app, addr, ""));
+    let data = dir.path().join("data");
+    let agent = Agent::start(&cfg, &data);
+    wait_for(LONG, "401 answers counted", || {
+        let n = agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[("pipeline", "auth"), ("error_type", "unauthorized")],
+        );
+        (n >= 2.0).then_some(()).ok_or(format!("{n}"))
+    });
+    // While the endpoint refuses, nothing is committed.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        checkpoint_offset(&data, &app).unwrap_or(0),
+        0,
+        "offsets must not be committed while the endpoint answers 401"
+    );
+    assert!(
+        agent.stderr().contains("answers 401 (unauthorized)"),
+        "a loud error"
+    );
+    wait_all(&seen, &lines);
+    assert_eq!(received_messages(&seen).len(), 500, "each line once");
+    let len = std::fs::metadata(&app).unwrap().len();
+    wait_for(
+        LONG,
+        "the checkpoint at the end",
+        || match checkpoint_offset(&data, &app) {
+            Some(o) if o == len => Ok(()),
+            o => Err(format!("{o:?}")),
+        },
+    );
+}
+
+#[test]
+fn a_refused_record_without_dead_letter_is_retried_not_committed() {
     let dir = tempdir();
     let (app, _lines) = lines_file(dir.path(), 10);
     let seen = Arc::new(Seen::default());
@@ -299,28 +418,30 @@ fn rejected_4xx_is_counted_and_logged() {
         Behaviour {
             fail_first: usize::MAX,
             status: 400,
-            retry_after: None,
+            ..Default::default()
         },
         seen.clone(),
     );
     let cfg = write_config(dir.path(), "rej", &http_config(&app, addr, ""));
-    let agent = Agent::start(&cfg, &dir.path().join("data"));
-    wait_for(LONG, "rejected events counted", || {
+    let data = dir.path().join("data");
+    let agent = Agent::start(&cfg, &data);
+    wait_for(LONG, "refusals counted", || {
         match agent.metric_or_zero(
-            "petrel_component_discarded_events_total",
-            &[("pipeline", "rej"), ("reason", "http_rejected")],
+            "petrel_component_errors_total",
+            &[("pipeline", "rej"), ("error_type", "rejected")],
         ) {
-            10.0 => Ok(()),
+            n if n >= 2.0 => Ok(()),
             n => Err(format!("{n} counted")),
         }
     });
     assert!(
-        agent.stderr().contains("refused on purpose"),
-        "the response body is logged"
+        agent.stderr().contains("configure `dead_letter`"),
+        "the log says what to do"
     );
     assert_eq!(
-        seen.requests.load(Ordering::SeqCst),
-        1,
-        "a 400 is not retried"
+        checkpoint_offset(&data, &app).unwrap_or(0),
+        0,
+        "nothing committed"
     );
+    assert!(seen.requests.load(Ordering::SeqCst) > 1, "retried");
 }

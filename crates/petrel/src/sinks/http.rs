@@ -3,12 +3,20 @@
 //! Events are gathered into requests of at most `batch.max_bytes` bytes and
 //! `batch.max_events` events, sent at the latest `batch.timeout_ms` after
 //! the first event waited. A batch is acknowledged to its source when every
-//! request carrying its events got a 2xx answer. Connection errors, 5xx and
-//! 429 are retried with exponential backoff (429 and 503 honour
-//! `Retry-After`); any other 4xx means the endpoint will never take that
-//! request: its events are counted as discarded (`http_rejected`) and the
-//! response body is logged. TLS (https) uses rustls with the Mozilla root
-//! certificates.
+//! request carrying its events got a 2xx answer; a request that is
+//! cancelled or whose task panics reports a failure, never a delivery.
+//!
+//! Answers are classified: 2xx delivered; connection errors, 408, 429 and
+//! 5xx retried with exponential backoff (429 and 503 honour `Retry-After`);
+//! 401, 403 and 404 retried with backoff too (an operator fixes a token or
+//! a URL; the data waits) with a loud, rate-limited error and
+//! `error_type="unauthorized"|"forbidden"|"not_found"`; any other 4xx
+//! (400, 413, 422, ...) means the endpoint refuses some record: the request
+//! is split in halves until the refused records are alone, and each goes to
+//! the `dead_letter` file (ndjson, with the status and the answer) and is
+//! counted (`reason="dead_letter"`). Without `dead_letter`, a refused
+//! record is retried with backoff like a 401: nothing is committed
+//! silently. TLS (https) uses rustls with the Mozilla root certificates.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +40,7 @@ pub const KEYS: &[&str] = &[
     "batch",
     "timeout_ms",
     "max_in_flight_requests",
+    "dead_letter",
 ];
 
 /// How events are laid out in a request body.
@@ -75,6 +84,8 @@ pub struct HttpSinkConfig {
     pub timeout: Duration,
     /// Upper bound of the congestion window, in requests.
     pub max_in_flight: usize,
+    /// Where records the endpoint refuses (400, 413, 422, ...) are written.
+    pub dead_letter: Option<std::path::PathBuf>,
 }
 
 impl HttpSinkConfig {
@@ -161,6 +172,17 @@ impl HttpSinkConfig {
                 .u64("max_in_flight_requests", false)
                 .unwrap_or(16)
                 .clamp(1, 1024) as usize,
+            dead_letter: match map.get("dead_letter") {
+                None => None,
+                Some(n) => match n.as_str() {
+                    Some("") => {
+                        n.error("`dead_letter` must be a file path, e.g. `/var/lib/petrel/dead-letter.ndjson`");
+                        return None;
+                    }
+                    Some(p) => Some(crate::paths::resolve_path(n, p)),
+                    None => return None,
+                },
+            },
         })
     }
 }
@@ -170,6 +192,8 @@ pub struct HttpSink {
     config: HttpSinkConfig,
     client: reqwest::Client,
     metrics: ComponentMetrics,
+    /// Rate limit of the loud log line for 401/403/404.
+    last_auth_log: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl HttpSink {
@@ -190,22 +214,45 @@ impl HttpSink {
             config: c.clone(),
             client,
             metrics,
+            last_auth_log: parking_lot::Mutex::new(None),
         })
     }
 }
 
-/// One request: its body (uncompressed) and the acknowledgements it
-/// completes. A source batch split over several requests is acknowledged
-/// through a shared part that each of its requests holds.
+/// One request: its body (uncompressed), where each record is in it, and
+/// the acknowledgements it completes. A source batch split over several
+/// requests is acknowledged through a part that each of its requests
+/// holds.
 struct Request {
     body: Vec<u8>,
+    /// Each record's JSON text in `body` (without separator or newline).
+    records: Vec<std::ops::Range<usize>>,
     events: u64,
+    acks: RequestAcks,
+}
+
+/// The acknowledgements a request holds. Unless the request marks itself
+/// delivered, dropping it (an error, a cancelled or panicking task) marks
+/// every payload it carries as failed: undelivered data is never reported
+/// as delivered.
+struct RequestAcks {
     acks: Vec<Arc<SharedAck>>,
+    delivered: bool,
+}
+
+impl Drop for RequestAcks {
+    fn drop(&mut self) {
+        if !self.delivered {
+            for a in &self.acks {
+                a.failed.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+    }
 }
 
 /// An acknowledgement shared by the requests carrying one payload's events.
-/// Delivered when the last holder drops it after success; a rejected or
-/// abandoned request leaves the failure flag set.
+/// Answered when the last holder drops it: delivered only if no request
+/// carrying its events failed.
 struct SharedAck {
     part: parking_lot::Mutex<Option<AckPart>>,
     failed: std::sync::atomic::AtomicBool,
@@ -336,8 +383,12 @@ impl Builder {
         }
         let mut req = Request {
             body: Vec::with_capacity(self.bytes.min(self.max_bytes) + 2),
+            records: Vec::new(),
             events: 0,
-            acks: Vec::new(),
+            acks: RequestAcks {
+                acks: Vec::new(),
+                delivered: false,
+            },
         };
         if self.encoding == BodyEncoding::JsonArray {
             req.body.push(b'[');
@@ -355,17 +406,20 @@ impl Builder {
                 if full && req.events > 0 {
                     break;
                 }
-                match self.encoding {
-                    BodyEncoding::Ndjson => req.body.extend_from_slice(&p.data.bytes[start..end]),
-                    BodyEncoding::JsonArray => {
-                        if req.events > 0 {
-                            req.body.push(b',');
-                        }
-                        // Records end with a newline; an array wants none.
-                        req.body.extend_from_slice(
-                            &p.data.bytes[start..end.saturating_sub(1).max(start)],
-                        );
-                    }
+                // Records end with a newline; an array wants none.
+                let text_end = if p.data.bytes[start..end].ends_with(b"\n") {
+                    end - 1
+                } else {
+                    end
+                };
+                if self.encoding == BodyEncoding::JsonArray && req.events > 0 {
+                    req.body.push(b',');
+                }
+                let at = req.body.len();
+                req.body.extend_from_slice(&p.data.bytes[start..text_end]);
+                req.records.push(at..req.body.len());
+                if self.encoding == BodyEncoding::Ndjson {
+                    req.body.push(b'\n');
                 }
                 req.events += 1;
                 self.bytes = self.bytes.saturating_sub(len);
@@ -375,7 +429,7 @@ impl Builder {
             }
             *next = i;
             if added {
-                req.acks.push(ack.clone());
+                req.acks.acks.push(ack.clone());
             }
             if i >= ends.len() {
                 self.queue.pop_front();
@@ -398,88 +452,228 @@ impl Builder {
 /// What to do after a response.
 enum Outcome {
     Delivered,
-    Retry(Option<Duration>),
-    Rejected(u16, String),
+    /// Transient (connection error, 408, 429, 5xx): retry after a backoff
+    /// or the `Retry-After` the endpoint asked for.
+    Retry(Option<Duration>, &'static str),
+    /// 401, 403, 404: the data waits until an operator fixes the sink.
+    Auth(u16, &'static str, String),
+    /// Another 4xx: the endpoint refuses some record of the request.
+    Refused(u16, String),
 }
 
+/// Longest wait between attempts while an endpoint refuses a request
+/// outright (401/403/404, a refused record without a dead letter).
+const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(30);
+/// At most one loud log line per this period for refused requests.
+const LOUD_EVERY: Duration = Duration::from_secs(10);
+
 impl HttpSink {
-    async fn send(&self, req: Request, window: &Window, dm: &DeliveryMetrics) {
-        let started = Instant::now();
-        let body = match compress(self.config.compression, &req.body) {
-            Ok(b) => b,
+    async fn post(&self, body: Vec<u8>) -> Outcome {
+        let mut rb = self.client.post(self.config.url.clone()).body(body);
+        rb = rb.header(
+            CONTENT_TYPE,
+            match self.config.encoding {
+                BodyEncoding::Ndjson => "application/x-ndjson",
+                BodyEncoding::JsonArray => "application/json",
+            },
+        );
+        match self.config.compression {
+            Compression::Gzip => rb = rb.header(CONTENT_ENCODING, "gzip"),
+            Compression::Zstd => rb = rb.header(CONTENT_ENCODING, "zstd"),
+            Compression::None => {}
+        }
+        let resp = match rb.send().await {
+            Ok(r) => r,
             Err(e) => {
-                tracing::error!(error = %e, "http sink: compression failed; the batch will be read again");
-                for a in &req.acks {
-                    a.failed.store(true, std::sync::atomic::Ordering::Release);
-                }
-                return;
+                tracing::warn!(error = %e, "http sink: request failed");
+                return Outcome::Retry(None, "request_failed");
             }
         };
-        let mut backoff = Backoff::default();
-        loop {
-            let mut rb = self.client.post(self.config.url.clone()).body(body.clone());
-            rb = rb.header(
-                CONTENT_TYPE,
-                match self.config.encoding {
-                    BodyEncoding::Ndjson => "application/x-ndjson",
-                    BodyEncoding::JsonArray => "application/json",
-                },
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Outcome::Delivered;
+        }
+        if matches!(status, 408 | 429) || resp.status().is_server_error() {
+            let after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s.min(300)));
+            tracing::warn!(
+                status,
+                "http sink: endpoint answered with a retryable status"
             );
-            match self.config.compression {
-                Compression::Gzip => rb = rb.header(CONTENT_ENCODING, "gzip"),
-                Compression::Zstd => rb = rb.header(CONTENT_ENCODING, "zstd"),
-                Compression::None => {}
+            return Outcome::Retry(after, "request_failed");
+        }
+        let text: String = resp
+            .text()
+            .await
+            .unwrap_or_default()
+            .chars()
+            .take(1024)
+            .collect();
+        match status {
+            401 => Outcome::Auth(status, "unauthorized", text),
+            403 => Outcome::Auth(status, "forbidden", text),
+            404 => Outcome::Auth(status, "not_found", text),
+            _ => Outcome::Refused(status, text),
+        }
+    }
+
+    /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
+    fn loud(&self, status: u16, text: &str, msg: &str) {
+        let mut last = self.last_auth_log.lock();
+        if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
+            *last = Some(Instant::now());
+            tracing::error!(status, body = %text, url = %self.config.url, "http sink: {msg}");
+        }
+    }
+
+    /// The body of records `range` of `req`, in the sink's encoding.
+    fn body_of(&self, req: &Request, range: std::ops::Range<usize>) -> Vec<u8> {
+        if range == (0..req.records.len()) {
+            return req.body.clone();
+        }
+        let mut body = Vec::new();
+        if self.config.encoding == BodyEncoding::JsonArray {
+            body.push(b'[');
+        }
+        for (n, r) in req.records[range].iter().enumerate() {
+            if self.config.encoding == BodyEncoding::JsonArray && n > 0 {
+                body.push(b',');
             }
-            let outcome = match rb.send().await {
-                Ok(resp) => {
-                    let status = resp.status();
-                    if status.is_success() {
-                        Outcome::Delivered
-                    } else if status.as_u16() == 429 || status.is_server_error() {
-                        let after = resp
-                            .headers()
-                            .get(reqwest::header::RETRY_AFTER)
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(|s| s.trim().parse::<u64>().ok())
-                            .map(|s| Duration::from_secs(s.min(300)));
-                        tracing::warn!(
-                            status = status.as_u16(),
-                            "http sink: endpoint answered with a retryable status"
-                        );
-                        Outcome::Retry(after)
-                    } else {
-                        let text = resp.text().await.unwrap_or_default();
-                        Outcome::Rejected(status.as_u16(), text.chars().take(1024).collect())
-                    }
-                }
+            body.extend_from_slice(&req.body[r.clone()]);
+            if self.config.encoding == BodyEncoding::Ndjson {
+                body.push(b'\n');
+            }
+        }
+        if self.config.encoding == BodyEncoding::JsonArray {
+            body.push(b']');
+        }
+        body
+    }
+
+    /// Appends a refused record to the dead-letter file.
+    fn dead_letter(
+        &self,
+        path: &std::path::Path,
+        record: &[u8],
+        status: u16,
+        answer: &str,
+    ) -> std::io::Result<()> {
+        use std::io::Write;
+        let record = serde_json::from_slice::<serde_json::Value>(record).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(record).into_owned())
+        });
+        let mut line = serde_json::json!({
+            "reason": "refused by the endpoint",
+            "status": status,
+            "answer": answer,
+            "sink": self.metrics.health_key(),
+            "url": self.config.url.as_str(),
+            "record": record,
+        })
+        .to_string();
+        line.push('\n');
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        f.write_all(line.as_bytes())?;
+        f.sync_data()
+    }
+
+    async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
+        let started = Instant::now();
+        // Record ranges still to deliver; a refused request is split in
+        // halves until each refused record is alone.
+        let mut todo: Vec<std::ops::Range<usize>> = Vec::new();
+        todo.push(0..req.records.len());
+        let mut backoff = Backoff::default();
+        let mut refused_backoff = Duration::from_millis(500);
+        while let Some(range) = todo.pop() {
+            let raw = self.body_of(&req, range.clone());
+            let body = match compress(self.config.compression, &raw) {
+                Ok(b) => b,
                 Err(e) => {
-                    tracing::warn!(error = %e, "http sink: request failed");
-                    Outcome::Retry(None)
+                    // Dropping the request reports the failure.
+                    tracing::error!(error = %e, "http sink: compression failed; the batch will be read again");
+                    return;
                 }
             };
-            match outcome {
-                Outcome::Delivered => {
-                    window.on_success();
-                    dm.latency.observe(started.elapsed().as_secs_f64());
-                    self.metrics.sent_events.inc_by(req.events);
-                    self.metrics.sent_bytes.inc_by(body.len() as u64);
-                    return;
-                }
-                Outcome::Rejected(status, text) => {
-                    tracing::error!(status, body = %text, events = req.events,
-                        "http sink: endpoint rejected the request; its events are counted as discarded `http_rejected`");
-                    self.metrics.discarded("http_rejected", req.events);
-                    return;
-                }
-                Outcome::Retry(after) => {
-                    self.metrics.error("request_failed", 1);
-                    dm.retried_events.inc_by(req.events);
-                    window.on_failure();
-                    let d = after.unwrap_or_else(|| backoff.next_delay());
-                    tokio::time::sleep(d).await;
+            loop {
+                match self.post(body.clone()).await {
+                    Outcome::Delivered => {
+                        window.on_success();
+                        self.metrics.recovered();
+                        self.metrics.sent_events.inc_by(range.len() as u64);
+                        self.metrics.sent_bytes.inc_by(body.len() as u64);
+                        break;
+                    }
+                    Outcome::Retry(after, reason) => {
+                        self.metrics.error(reason, 1);
+                        self.metrics
+                            .failing(format!("deliveries to {} fail", self.config.url));
+                        dm.retried_events.inc_by(range.len() as u64);
+                        window.on_failure();
+                        tokio::time::sleep(after.unwrap_or_else(|| backoff.next_delay())).await;
+                    }
+                    Outcome::Auth(status, reason, text) => {
+                        self.metrics.error(reason, 1);
+                        self.metrics
+                            .failing(format!("{status} ({reason}) from {}", self.config.url));
+                        dm.retried_events.inc_by(range.len() as u64);
+                        self.loud(status, &text, &format!(
+                            "endpoint answers {status} ({reason}); the data waits and is retried: fix the credentials or the URL"
+                        ));
+                        tokio::time::sleep(refused_backoff).await;
+                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                    }
+                    Outcome::Refused(status, text) => {
+                        if range.len() > 1 {
+                            // Find the refused records: each half alone.
+                            let mid = range.start + range.len() / 2;
+                            todo.push(mid..range.end);
+                            todo.push(range.start..mid);
+                            break;
+                        }
+                        let record = &req.body[req.records[range.start].clone()];
+                        let Some(path) = self.config.dead_letter.clone() else {
+                            self.metrics.error("rejected", 1);
+                            self.metrics
+                                .failing(format!("{status} from {} for a record", self.config.url));
+                            self.loud(status, &text, &format!(
+                                "endpoint refuses a record with {status}; it is retried: configure `dead_letter` to set such records aside"
+                            ));
+                            tokio::time::sleep(refused_backoff).await;
+                            refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                            continue;
+                        };
+                        match self.dead_letter(&path, record, status, &text) {
+                            Ok(()) => {
+                                tracing::warn!(status, path = %path.display(), "http sink: a record refused by the endpoint was written to the dead letter file");
+                                self.metrics.discarded("dead_letter", 1);
+                                break;
+                            }
+                            Err(e) => {
+                                self.metrics.error("dead_letter_failed", 1);
+                                self.loud(status, &text, &format!(
+                                    "cannot write the dead letter file {}: {e}; the record is retried", path.display()
+                                ));
+                                tokio::time::sleep(refused_backoff).await;
+                                refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                            }
+                        }
+                    }
                 }
             }
         }
+        dm.latency.observe(started.elapsed().as_secs_f64());
+        req.acks.delivered = true;
     }
 }
 
@@ -516,5 +710,73 @@ impl petrel_core::plugin::SinkConfig for HttpSinkConfig {
         metrics: ComponentMetrics,
     ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
         Ok(std::sync::Arc::new(HttpSink::new(self, metrics)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_core::{AckReceiver, BatchAck};
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// 1 delivered, -1 failed, 0 not answered.
+    #[derive(Default)]
+    struct Outcome(AtomicI32);
+
+    impl AckReceiver for Outcome {
+        fn complete(&self, _seq: u64, delivered: bool) {
+            self.0
+                .store(if delivered { 1 } else { -1 }, Ordering::SeqCst);
+        }
+    }
+
+    fn shared(o: &Arc<Outcome>) -> Arc<SharedAck> {
+        Arc::new(SharedAck {
+            part: parking_lot::Mutex::new(Some(BatchAck::start(o.clone(), 0))),
+            failed: Default::default(),
+            _charge: petrel_core::MemoryCharge::none(),
+        })
+    }
+
+    #[test]
+    fn a_request_dropped_without_delivery_fails_its_batches() {
+        // A send task cancelled or panicking drops its request unanswered.
+        let o = Arc::new(Outcome::default());
+        let a = shared(&o);
+        let delivered = RequestAcks {
+            acks: vec![a.clone()],
+            delivered: true,
+        };
+        let abandoned = RequestAcks {
+            acks: vec![a.clone()],
+            delivered: false,
+        };
+        drop(delivered);
+        drop(abandoned);
+        assert_eq!(
+            o.0.load(Ordering::SeqCst),
+            0,
+            "answered only when the last holder goes"
+        );
+        drop(a);
+        assert_eq!(
+            o.0.load(Ordering::SeqCst),
+            -1,
+            "one abandoned request fails the batch"
+        );
+    }
+
+    #[test]
+    fn a_batch_is_delivered_when_all_its_requests_are() {
+        let o = Arc::new(Outcome::default());
+        let a = shared(&o);
+        for _ in 0..3 {
+            drop(RequestAcks {
+                acks: vec![a.clone()],
+                delivered: true,
+            });
+        }
+        drop(a);
+        assert_eq!(o.0.load(Ordering::SeqCst), 1);
     }
 }

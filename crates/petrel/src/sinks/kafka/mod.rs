@@ -92,6 +92,19 @@ impl KafkaSinkConfig {
             .str("fallback_topic")
             .unwrap_or("petrel-unrouted")
             .to_string();
+        for (key, name) in [
+            ("topic", topic.as_static()),
+            ("fallback_topic", Some(fallback_topic.as_str())),
+        ] {
+            if let (Some(name), Some(n)) = (name, map.get(key)) {
+                if !valid_topic(name) {
+                    n.error(format!(
+                        "`{name}` is not a valid Kafka topic name: 1 to 249 of letters, digits, `.`, `_` and `-`"
+                    ));
+                    return None;
+                }
+            }
+        }
         let compression = map.choice("compression", COMPRESSIONS).unwrap_or("none");
         let acks = map.choice("acks", ACKS).unwrap_or("all");
         let mut client: Vec<(String, String)> = vec![
@@ -173,6 +186,20 @@ pub struct KafkaSink {
     max_in_flight: usize,
     metrics: ComponentMetrics,
     fallback: Counter,
+    invalid_topic: Counter,
+}
+
+/// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or
+/// `..`. A name rendered from event data that breaks it would be refused
+/// by the broker forever.
+pub fn valid_topic(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
 impl KafkaSink {
@@ -186,6 +213,7 @@ impl KafkaSink {
             producer: SharedProducer::get(&c.client, c.max_buffered_bytes)?,
             max_in_flight: c.max_in_flight,
             fallback: metrics.error_counter("topic_field_missing"),
+            invalid_topic: metrics.error_counter("invalid_topic"),
             metrics,
         })
     }
@@ -204,12 +232,17 @@ impl KafkaSink {
         }
         let mut name = String::new();
         let mut missing = 0;
+        let mut invalid = 0;
         for ev in &batch.events {
             let idx = match static_topic {
                 Some(_) => 0,
                 None => {
                     if !self.topic.render(ev, batch, &mut name) {
                         missing += 1;
+                        name.clear();
+                        name.push_str(&self.fallback_topic);
+                    } else if !valid_topic(&name) {
+                        invalid += 1;
                         name.clear();
                         name.push_str(&self.fallback_topic);
                     }
@@ -234,6 +267,9 @@ impl KafkaSink {
         }
         if missing > 0 {
             self.fallback.inc_by(missing);
+        }
+        if invalid > 0 {
+            self.invalid_topic.inc_by(invalid);
         }
         r
     }
@@ -297,9 +333,60 @@ impl KafkaSink {
         let mut backoff = Backoff::default();
         let mut rejected = 0u64;
         let failed_counter = self.metrics.error_counter("delivery_failed");
+        // Records whose topic turned out not to exist go to the fallback
+        // topic: a copy of the routes, made only then.
+        let mut rerouted: Option<Routes> = None;
         loop {
-            let outcome = self.producer.produce(&data, routes, &pending).await;
+            let r = rerouted.as_ref().unwrap_or(routes);
+            let mut outcome = self.producer.produce(&data, r, &pending).await;
             rejected += outcome.rejected;
+            if !outcome.unroutable.is_empty() {
+                let mut new = r.clone();
+                let fb = match new.topics.iter().position(|t| *t == self.fallback_topic) {
+                    Some(i) => i,
+                    None => {
+                        new.topics.push(self.fallback_topic.clone());
+                        new.topics.len() - 1
+                    }
+                } as u16;
+                if new.topic_of.len() < data.record_ends.len() {
+                    // A static topic: every record was on topic 0.
+                    new.topic_of = vec![0; data.record_ends.len()];
+                }
+                let mut moved = 0u64;
+                for &rec in &outcome.unroutable {
+                    let t = &mut new.topic_of[rec as usize];
+                    if *t == fb {
+                        // Already on the fallback topic, which is missing
+                        // too: retry with backoff, loudly.
+                        outcome.failed.push(rec);
+                    } else {
+                        *t = fb;
+                        moved += 1;
+                    }
+                }
+                if moved > 0 {
+                    self.invalid_topic.inc_by(moved);
+                    tracing::warn!(records = moved, fallback = %self.fallback_topic,
+                        "kafka: topic does not exist or may not be written; sending to the fallback topic");
+                }
+                let mut retry_now: Vec<u32> = outcome
+                    .unroutable
+                    .iter()
+                    .copied()
+                    .filter(|&rec| {
+                        new.topic_of[rec as usize] == fb && !outcome.failed.contains(&rec)
+                    })
+                    .collect();
+                rerouted = Some(new);
+                if outcome.failed.is_empty() {
+                    pending = std::mem::take(&mut retry_now);
+                    continue;
+                }
+                outcome.failed.extend(retry_now);
+                outcome.failed.sort_unstable();
+                outcome.failed.dedup();
+            }
             if outcome.failed.is_empty() {
                 break;
             }

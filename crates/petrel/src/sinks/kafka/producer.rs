@@ -37,6 +37,7 @@ const PARTITION_UA: i32 = -1;
 
 /// Where one batch's records go: computed by the sink's encoder on the
 /// processing pool, read here.
+#[derive(Clone)]
 pub struct Routes {
     /// Index into `topics` per record.
     pub topic_of: Vec<u16>,
@@ -57,6 +58,9 @@ pub struct Outcome {
     pub failed: Vec<u32>,
     /// Records the broker can never take (larger than its size limit).
     pub rejected: u64,
+    /// Records whose topic does not exist or may not be written (sorted):
+    /// the sink sends them to its fallback topic.
+    pub unroutable: Vec<u32>,
     /// The first error seen, for the log.
     pub first_error: Option<KafkaError>,
 }
@@ -72,14 +76,15 @@ struct Slot {
 struct Attempt {
     /// Keeps the bytes librdkafka points into alive.
     data: Arc<Encoded>,
-    /// Bytes of the producer's budget held until the last report.
-    budget: Arc<Semaphore>,
-    permits: u32,
+    /// Bytes of the producer's budget, held until the attempt is gone
+    /// (its last delivery report, and its task finished or cancelled).
+    _permit: tokio::sync::OwnedSemaphorePermit,
     slots: Box<[Slot]>,
     /// Messages without a delivery report yet, plus one while producing.
     remaining: AtomicUsize,
     rejected: AtomicU64,
     failed: Mutex<(Vec<u32>, Option<KafkaError>)>,
+    unroutable: Mutex<Vec<u32>>,
     done: Notify,
 }
 
@@ -93,6 +98,10 @@ impl Attempt {
     fn fail(&self, record: u32, error: KafkaError) {
         if is_permanent(&error) {
             self.rejected.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if is_unroutable(&error) {
+            self.unroutable.lock().push(record);
             return;
         }
         let mut f = self.failed.lock();
@@ -112,7 +121,6 @@ impl Attempt {
     unsafe fn complete_one(this: *const Attempt) {
         let a = &*this;
         if a.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            a.budget.add_permits(a.permits as usize);
             a.done.notify_one();
             Arc::decrement_strong_count(this);
         }
@@ -130,6 +138,38 @@ fn is_permanent(e: &KafkaError) -> bool {
                 | RDKafkaErrorCode::InvalidRecord
         )
     )
+}
+
+/// The topic does not exist (and is not created), is invalid, or may not
+/// be written: retrying will not help, the fallback topic may.
+fn is_unroutable(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::InvalidTopic
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+        )
+    )
+}
+
+/// Gives up the messages' reference to an [`Attempt`] for the producing
+/// task when dropped: on the normal path after everything was handed to
+/// librdkafka, and also when the task is cancelled or unwinds half way,
+/// so an attempt (and the budget it holds) can never leak.
+struct ProducingGuard(*const Attempt);
+
+// SAFETY: the pointer is only used to call `complete_one`, which is
+// thread-safe; the attempt outlives the guard (the guard's own count in
+// `remaining` keeps the messages' reference alive).
+unsafe impl Send for ProducingGuard {}
+
+impl Drop for ProducingGuard {
+    fn drop(&mut self) {
+        // SAFETY: the guard's own completion, exactly once.
+        unsafe { Attempt::complete_one(self.0) };
+    }
 }
 
 /// The delivery opaque: a pointer to the message's [`Slot`].
@@ -425,9 +465,8 @@ impl SharedProducer {
             .sum();
         // Larger than the whole budget: wait until librdkafka is empty.
         let permits = bytes.clamp(1, self.budget_bytes) as u32;
-        match self.budget.acquire_many(permits).await {
-            // Given back by the attempt's last delivery report.
-            Ok(p) => p.forget(),
+        let permit = match self.budget.clone().acquire_many_owned(permits).await {
+            Ok(p) => p,
             // The budget is never closed; if it were, nothing was sent.
             Err(_) => {
                 return Outcome {
@@ -435,11 +474,10 @@ impl SharedProducer {
                     ..Outcome::default()
                 }
             }
-        }
+        };
         let attempt = Arc::new_cyclic(|weak| Attempt {
             data: data.clone(),
-            budget: self.budget.clone(),
-            permits,
+            _permit: permit,
             slots: records
                 .iter()
                 .map(|&record| Slot {
@@ -450,11 +488,12 @@ impl SharedProducer {
             remaining: AtomicUsize::new(1),
             rejected: AtomicU64::new(0),
             failed: Mutex::new((Vec::new(), None)),
+            unroutable: Mutex::new(Vec::new()),
             done: Notify::new(),
         });
         // The strong reference owned by the messages and the guard in
         // `remaining`, given up by `Attempt::complete_one`.
-        std::mem::forget(attempt.clone());
+        let guard = ProducingGuard(Arc::into_raw(attempt.clone()));
         let mut todo: Vec<u32> = (0..records.len() as u32).collect();
         loop {
             let queue_full = self.enqueue(&attempt, routes, &todo);
@@ -466,8 +505,7 @@ impl SharedProducer {
             todo = queue_full;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // SAFETY: the guard's own completion.
-        unsafe { Attempt::complete_one(Arc::as_ptr(&attempt)) };
+        drop(guard);
         while attempt.remaining.load(Ordering::Acquire) != 0 {
             attempt.done.notified().await;
         }
@@ -483,9 +521,12 @@ impl SharedProducer {
                 }
             }
         }
+        let mut unroutable = std::mem::take(&mut *attempt.unroutable.lock());
+        unroutable.sort_unstable();
         Outcome {
             failed,
             rejected: attempt.rejected.load(Ordering::Relaxed),
+            unroutable,
             first_error,
         }
     }

@@ -7,7 +7,6 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -57,10 +56,7 @@ fn a_log_dir_mounted_late_resumes_at_its_offsets() {
     std::thread::sleep(Duration::from_secs(2));
     std::fs::rename(&away, &logs).unwrap();
     append(&input, numbered("l", 1000, 2000).as_bytes());
-    wait_for(LONG, "the next 1000 lines", || {
-        let n = count_lines(&out);
-        (n >= 2000).then_some(()).ok_or(format!("{n} lines"))
-    });
+    wait_lines(&out, 2000);
     std::thread::sleep(Duration::from_millis(500));
     drop(agent);
     assert_exactly_once(&out, "l", 2000);
@@ -115,31 +111,6 @@ fn twenty_thousand_files_under_a_1024_descriptor_limit() {
         agent.stderr().contains("out of file descriptors"),
         "the limit was really hit"
     );
-}
-
-/// Mounts a small tmpfs for the test and unmounts it on drop.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(path).unwrap();
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(path)
-            .status()
-            .expect("run mount");
-        assert!(
-            st.success(),
-            "mounting a tmpfs needs root (CAP_SYS_ADMIN); this test checks a full data dir and cannot run without it"
-        );
-        Tmpfs(path.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 /// The data dir fills up: checkpoint writes fail, which is counted, makes

@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -26,13 +25,6 @@ fn config(dir: &Path, logs: &Path, out: &Path) -> PathBuf {
         "sink",
         &simple_config(&format!("{}/*.log", logs.display()), out, ""),
     )
-}
-
-fn wait_lines(path: &Path, n: usize) {
-    wait_for(LONG, &format!("{n} lines in {}", path.display()), || {
-        let c = count_lines(path);
-        (c >= n).then_some(()).ok_or(format!("{c} lines"))
-    });
 }
 
 #[test]
@@ -93,31 +85,6 @@ fn a_symlink_repointed_from_dev_full_to_a_file_recovers() {
         assert_eq!(h.get(&line("s", i)), Some(&1), "line {i}");
     }
     assert_eq!(h.len(), 500);
-}
-
-/// Mounts a small tmpfs and unmounts it on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(path).unwrap();
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(path)
-            .status()
-            .expect("run mount");
-        assert!(
-            st.success(),
-            "mounting a tmpfs needs root (CAP_SYS_ADMIN); this test fills a disk and cannot run without it"
-        );
-        Tmpfs(path.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 #[test]

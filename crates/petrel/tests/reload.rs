@@ -126,17 +126,7 @@ fn pipelines_added_changed_and_removed_under_a_steady_writer() {
             ..Default::default()
         },
     );
-    let grows = |f: &str, n: usize| {
-        let p = out.join(f);
-        wait_for(LONG, &format!("{f} to reach {n} lines"), || {
-            let c = count_lines(&p);
-            if c >= n {
-                Ok(())
-            } else {
-                Err(format!("{c} lines"))
-            }
-        })
-    };
+    let grows = |f: &str, n: usize| wait_lines(&out.join(f), n);
     grows("a.out", 2000);
     grows("b.out", 2000);
 
@@ -255,11 +245,7 @@ fn two_hundred_reloads_leave_memory_flat() {
             ..Default::default()
         },
     );
-    wait_for(LONG, "the first lines", || {
-        (count_lines(&out) >= 2)
-            .then_some(())
-            .ok_or("waiting".to_string())
-    });
+    wait_lines(&out, 2);
     let mut baseline = 0;
     for n in 1..=200 {
         write(n);
@@ -281,11 +267,7 @@ fn two_hundred_reloads_leave_memory_flat() {
         "RSS grew from {baseline} KiB after 20 reloads to {after} KiB after 200"
     );
     append(&input, b"three\n");
-    wait_for(LONG, "a line after the reloads", || {
-        (count_lines(&out) >= 3)
-            .then_some(())
-            .ok_or("waiting".to_string())
-    });
+    wait_lines(&out, 3);
     assert_eq!(
         count_lines(&out),
         3,

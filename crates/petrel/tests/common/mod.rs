@@ -655,3 +655,42 @@ pub fn hostname() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
+
+/// Waits (up to [`LONG`]) until `path` has at least `n` lines.
+pub fn wait_lines(path: &Path, n: usize) {
+    wait_for(LONG, &format!("{n} lines in {}", path.display()), || {
+        let c = count_lines(path);
+        if c >= n {
+            Ok(())
+        } else {
+            Err(format!("{c} lines"))
+        }
+    });
+}
+
+/// A small tmpfs mounted for a test (a full disk on demand); unmounted on
+/// drop. Needs root; the test fails, naming why, without it.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (e.g. `1m`) at `path`.
+    pub fn mount(path: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(path).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .expect("run mount");
+        assert!(
+            st.success(),
+            "mounting a tmpfs needs root (CAP_SYS_ADMIN); this test fills a disk and cannot run without it"
+        );
+        Tmpfs(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

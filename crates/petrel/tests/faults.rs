@@ -58,8 +58,17 @@ fn a_log_dir_mounted_late_resumes_at_its_offsets() {
     append(&input, numbered("l", 1000, 2000).as_bytes());
     wait_lines(&out, 2000);
     std::thread::sleep(Duration::from_millis(500));
+    let err = agent.stderr();
     drop(agent);
     assert_exactly_once(&out, "l", 2000);
+    assert!(
+        err.contains("nothing matches yet"),
+        "a missing directory is reported as such: {err}"
+    );
+    assert!(
+        !err.contains("falling back to 1 s polling"),
+        "a missing directory is not an inotify limit: {err}"
+    );
 }
 
 /// 20,000 files under `ulimit -n 1024` (hard limit too, so the agent

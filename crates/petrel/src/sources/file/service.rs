@@ -27,6 +27,13 @@ const BLOCKS_PER_TURN: usize = 4;
 /// of a core with 10,000 idle files (BENCHMARKS.md).
 const IDLE_REFRESH: Duration = Duration::from_secs(5);
 
+/// A checkpoint is written early, at most every [`EARLY_CHECKPOINT_GAP`],
+/// once this many bytes were committed since the last one: at full speed
+/// one checkpoint interval is hundreds of megabytes, all of which a crash
+/// would deliver again.
+const EARLY_CHECKPOINT_BYTES: u64 = 4 << 20;
+const EARLY_CHECKPOINT_GAP: Duration = Duration::from_millis(100);
+
 /// Set when a file could not be opened for lack of descriptors (EMFILE,
 /// ENFILE): idle files are then closed at once instead of after
 /// `close_inactive`, and files are read in waves rather than not at all.
@@ -261,6 +268,8 @@ impl Input {
         // back-to-back scans.
         const MIN_RESCAN_GAP: Duration = Duration::from_millis(50);
         let mut last_scan = Instant::now() - MIN_RESCAN_GAP;
+        let mut committed_at_checkpoint = super::tracker::COMMITTED_BYTES.load(Ordering::Relaxed);
+        let mut last_checkpoint = Instant::now();
         let mut rescan_wanted = false;
         while !self.stop.load(Ordering::SeqCst) {
             if self.handle_commands() {
@@ -299,10 +308,17 @@ impl Input {
                 .map(|s| s.spec.ctx.budget.global().clone());
             let epoch = budget.as_ref().map_or(0, |b| b.release_epoch());
             let (progress, paused) = self.read_round();
-            if now >= next_checkpoint {
+            let committed = super::tracker::COMMITTED_BYTES.load(Ordering::Relaxed);
+            let early = committed.saturating_sub(committed_at_checkpoint) >= EARLY_CHECKPOINT_BYTES
+                && now >= last_checkpoint + EARLY_CHECKPOINT_GAP;
+            if now >= next_checkpoint || early {
+                committed_at_checkpoint = committed;
+                last_checkpoint = now;
                 self.checkpoint();
-                self.update_gauges();
-                next_checkpoint = now + self.opts.checkpoint_interval;
+                if now >= next_checkpoint {
+                    self.update_gauges();
+                    next_checkpoint = now + self.opts.checkpoint_interval;
+                }
             }
             if !progress {
                 if let (true, Some(budget)) = (paused, &budget) {

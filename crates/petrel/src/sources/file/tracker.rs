@@ -3,9 +3,16 @@
 //! delivered by every sink.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use petrel_core::AckReceiver;
+
+/// Bytes committed by every tracker of the process since it started: the
+/// input thread writes a checkpoint early when much was committed since
+/// the last one, which bounds the duplicates after a crash by bytes as
+/// well as by time.
+pub static COMMITTED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Acknowledgement bookkeeping of one file reader.
 #[derive(Debug)]
@@ -90,6 +97,7 @@ impl AckReceiver for OffsetTracker {
             slot.1 = true;
         }
         while let Some(&(end, true)) = g.pending.front() {
+            COMMITTED_BYTES.fetch_add(end.saturating_sub(g.committed), Ordering::Relaxed);
             g.committed = end;
             g.pending.pop_front();
             g.base_seq += 1;

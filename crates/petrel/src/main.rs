@@ -68,6 +68,10 @@ struct RunArgs {
     /// mounted yet, a pipeline removed) are kept, e.g. 7d, 12h, 3600s.
     #[arg(long, default_value = "7d", value_parser = parse_duration)]
     checkpoint_ttl: Duration,
+    /// How long a sink may keep failing before `/health` reports it
+    /// (seconds); problems such as a dead thread count at once.
+    #[arg(long, default_value_t = 30)]
+    unhealthy_after: u64,
     /// Do not watch `--config` for changes (reload with SIGHUP or
     /// `POST /reload` only).
     #[arg(long)]
@@ -261,6 +265,9 @@ fn run(a: RunArgs) -> Result<(), RunError> {
         .map_err(|e| anyhow::anyhow!("cannot bind --api-addr {}: {e}", a.api_addr))?;
     let addr = listener.local_addr()?;
     let metrics = petrel_core::Metrics::new();
+    metrics
+        .health
+        .set_unhealthy_after(Duration::from_secs(a.unhealthy_after));
     let budget = petrel_core::MemoryBudget::new(opts.memory_limit);
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Control>();
     let (api_reload_tx, api_reload_rx) = crossbeam_channel::unbounded::<api::ReloadRequest>();

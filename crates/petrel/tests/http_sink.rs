@@ -376,7 +376,14 @@ fn unauthorized_data_waits_and_is_delivered_when_the_token_works() {
     );
     let cfg = write_config(dir.path(), "auth", &http_config(&app, addr, ""));
     let data = dir.path().join("data");
-    let agent = Agent::start(&cfg, &data);
+    let agent = Agent::start_with(
+        &cfg,
+        &data,
+        AgentOptions {
+            args: vec!["--unhealthy-after".into(), "2".into()],
+            ..Default::default()
+        },
+    );
     wait_for(LONG, "401 answers counted", || {
         let n = agent.metric_or_zero(
             "petrel_component_errors_total",
@@ -395,8 +402,23 @@ fn unauthorized_data_waits_and_is_delivered_when_the_token_works() {
         agent.stderr().contains("answers 401 (unauthorized)"),
         "a loud error"
     );
+    let (code, body) = agent.http_get("/health").unwrap();
+    assert_eq!(
+        code, 503,
+        "a sink failing for longer than --unhealthy-after: {body}"
+    );
+    assert!(
+        body.contains("auth/sink/http_0") && body.contains("401"),
+        "{body}"
+    );
     wait_all(&seen, &lines);
     assert_eq!(received_messages(&seen).len(), 500, "each line once");
+    wait_for(LONG, "/health healthy again", || {
+        match agent.http_get("/health") {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
     let len = std::fs::metadata(&app).unwrap().len();
     wait_for(
         LONG,

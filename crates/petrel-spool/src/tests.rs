@@ -1,0 +1,263 @@
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::time::Duration;
+
+use super::*;
+
+fn opts(segment_bytes: u64, max_bytes: u64) -> WriterOptions {
+    WriterOptions {
+        segment_bytes,
+        max_bytes,
+    }
+}
+
+/// Reads everything available, completing each chunk when `commit`.
+fn drain(r: &mut Reader, commit: bool) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(c) = r.read(4096).unwrap() {
+        for rec in &c.records {
+            out.push(c.buf[rec.clone()].to_vec());
+        }
+        if commit {
+            r.complete(c.segment, c.start, c.end);
+        }
+    }
+    out
+}
+
+fn numbered(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("record {i} {}", "x".repeat(i % 50)).into_bytes())
+        .collect()
+}
+
+#[test]
+fn records_round_trip_across_segments_and_finished_segments_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(2000);
+    {
+        let mut w = Writer::open(dir.path(), opts(8 << 10, 1 << 30)).unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
+        w.sync().unwrap();
+    }
+    let segments = list_segments(dir.path()).unwrap().len();
+    assert!(segments > 3, "expected several segments, got {segments}");
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), recs);
+    r.maintain(true).unwrap();
+    assert_eq!(list_segments(dir.path()).unwrap().len(), 0);
+    assert_eq!(r.corrupt_bytes(), 0);
+}
+
+#[test]
+fn a_reopened_reader_resumes_after_the_committed_prefix_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(300);
+    {
+        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
+    }
+    let mut r = Reader::open(dir.path()).unwrap();
+    let a = r.read(1000).unwrap().unwrap();
+    let b = r.read(1000).unwrap().unwrap();
+    let c = r.read(1000).unwrap().unwrap();
+    // Delivered out of order: a and c. Only a counts as committed.
+    r.complete(a.segment, a.start, a.end);
+    r.complete(c.segment, c.start, c.end);
+    r.maintain(true).unwrap();
+    drop(r);
+    let mut r = Reader::open(dir.path()).unwrap();
+    let again = drain(&mut r, true);
+    assert_eq!(again, recs[a.records.len()..].to_vec());
+    assert!(b.records.len() + c.records.len() <= again.len());
+}
+
+#[test]
+fn a_second_reader_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _r = Reader::open(dir.path()).unwrap();
+    let e = Reader::open(dir.path()).err().unwrap();
+    assert!(e.to_string().contains("already read"), "{e}");
+}
+
+#[test]
+fn a_torn_tail_of_a_dead_writer_keeps_the_good_prefix_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(100);
+    {
+        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
+    }
+    let (seq, len) = list_segments(dir.path()).unwrap()[0];
+    let path = dir.path().join(segment_name(seq));
+    // A crash mid-write: a header promising 100 bytes, 10 of them there.
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&100u32.to_le_bytes()).unwrap();
+    f.write_all(&[0; 4]).unwrap();
+    f.write_all(&[b'y'; 10]).unwrap();
+    drop(f);
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), recs);
+    assert_eq!(r.corrupt_bytes(), 18);
+    r.maintain(true).unwrap();
+    assert!(!path.exists(), "finished segment of {len} bytes not deleted");
+}
+
+#[test]
+fn a_damaged_record_ends_the_good_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(50);
+    {
+        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
+    }
+    let (seq, len) = list_segments(dir.path()).unwrap()[0];
+    let path = dir.path().join(segment_name(seq));
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Flip a payload byte of record 10.
+    let mut off = 0;
+    for r in &recs[..10] {
+        off += RECORD_HEADER + r.len();
+    }
+    bytes[off + RECORD_HEADER] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), recs[..10].to_vec());
+    assert_eq!(r.corrupt_bytes(), len - off as u64);
+}
+
+#[test]
+fn an_incomplete_record_of_a_live_writer_is_waited_for_not_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+    w.append(b"one").unwrap();
+    w.flush().unwrap();
+    let (seq, _) = list_segments(dir.path()).unwrap()[0];
+    let path = dir.path().join(segment_name(seq));
+    // Half of the next record reaches the file while its writer lives.
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&5u32.to_le_bytes()).unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), vec![b"one".to_vec()]);
+    assert_eq!(r.read(4096).unwrap().map(|c| c.records.len()), None);
+    assert_eq!(r.corrupt_bytes(), 0);
+    drop(w);
+    // The writer's own flush came after the stray bytes; once it is gone
+    // the tail is judged: the stray header makes the rest unreadable.
+    let _ = drain(&mut r, true);
+    assert!(r.corrupt_bytes() > 0);
+}
+
+#[test]
+fn a_full_spool_refuses_appends_until_the_reader_deletes_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), opts(4 << 10, 16 << 10)).unwrap();
+    let rec = vec![b'z'; 1000];
+    let mut accepted = 0;
+    loop {
+        match w.append(&rec) {
+            Ok(()) => accepted += 1,
+            Err(AppendError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(accepted < 100, "never full");
+    }
+    w.flush().unwrap();
+    assert!(spool_bytes(dir.path()).unwrap() <= 16 << 10);
+    assert_eq!(accepted, 16 * 1024 / 1008);
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true).len(), accepted);
+    r.maintain(true).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // Finished segments are gone; the writer measures again and has room.
+    w.append(&rec).unwrap();
+}
+
+#[test]
+fn two_writers_share_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+    let mut b = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+    a.append(b"a1").unwrap();
+    b.append(b"b1").unwrap();
+    a.flush().unwrap();
+    b.flush().unwrap();
+    a.append(b"a2").unwrap();
+    a.flush().unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    let mut got = drain(&mut r, true);
+    got.sort();
+    assert_eq!(got, vec![b"a1".to_vec(), b"a2".to_vec(), b"b1".to_vec()]);
+    // Both segments are still held: nothing deleted yet.
+    r.maintain(true).unwrap();
+    assert_eq!(list_segments(dir.path()).unwrap().len(), 2);
+    drop(a);
+    drop(b);
+    assert!(drain(&mut r, true).is_empty());
+    r.maintain(true).unwrap();
+    assert_eq!(list_segments(dir.path()).unwrap().len(), 0);
+}
+
+#[test]
+fn shared_writer_makes_waited_records_durable_and_tells_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+    let shared = std::sync::Arc::new(SharedWriter::new(w, Duration::from_secs(3600)).unwrap());
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let s2 = seen.clone();
+    shared.on_durable(move |d| s2.store(d, std::sync::atomic::Ordering::SeqCst));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                for i in 0..100 {
+                    let ticket = shared
+                        .append_with(|b| b.extend_from_slice(format!("{t}-{i}").as_bytes()))
+                        .unwrap();
+                    // Despite an interval of an hour, a waiter is served.
+                    assert!(shared.wait_durable(ticket, Duration::from_secs(10)));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(shared.durable(), 400);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 400);
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, false).len(), 400);
+}
+
+#[test]
+fn oversized_records_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), opts(1 << 20, u64::MAX)).unwrap();
+    let big = vec![0u8; MAX_RECORD + 1];
+    assert!(matches!(w.append(&big), Err(AppendError::TooLarge)));
+    w.append(b"after").unwrap();
+    w.flush().unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, false), vec![b"after".to_vec()]);
+}
+
+#[test]
+fn a_record_larger_than_the_read_size_is_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = vec![7u8; 100_000];
+    {
+        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+        w.append(&big).unwrap();
+        w.append(b"small").unwrap();
+    }
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, false), vec![big, b"small".to_vec()]);
+}

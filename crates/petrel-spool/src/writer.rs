@@ -1,0 +1,281 @@
+//! Appending records to segments.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::{segment_name, spool_bytes, try_lock_exclusive, MAX_RECORD, RECORD_HEADER};
+
+/// Bytes buffered in memory before they are written to the segment: large
+/// enough to make one `write` per network block, small enough that a
+/// reader sees data promptly.
+const WRITE_BUFFER: usize = 64 << 10;
+
+/// How often a writer that believes the spool is full looks at the disk
+/// again (a reader may have deleted segments meanwhile).
+const RESCAN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Limits of a writer.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterOptions {
+    /// A new segment is started once the current one reaches this size.
+    pub segment_bytes: u64,
+    /// Appends are refused with [`AppendError::Full`] while the spool's
+    /// segments (all writers') would exceed this.
+    pub max_bytes: u64,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 32 << 20,
+            max_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Why a record was not appended.
+#[derive(Debug)]
+pub enum AppendError {
+    /// The spool reached its `max_bytes`; nothing was written.
+    Full,
+    /// The payload is larger than [`crate::MAX_RECORD`].
+    TooLarge,
+    /// The disk failed. The record is kept in memory and written by the
+    /// next flush that succeeds.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for AppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppendError::Full => f.write_str("spool is full"),
+            AppendError::TooLarge => write!(f, "record larger than {} bytes", MAX_RECORD),
+            AppendError::Io(e) => write!(f, "cannot write the spool: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AppendError {}
+
+/// Appends records to the segments of one spool directory.
+pub struct Writer {
+    dir: PathBuf,
+    opts: WriterOptions,
+    /// The segment being appended to, locked; shared with the syncer of
+    /// a [`crate::SharedWriter`] so it can sync without the writer's lock.
+    file: Option<Arc<File>>,
+    seq: u64,
+    /// Bytes written to the current segment.
+    seg_len: u64,
+    /// Records not yet written to the segment.
+    buf: Vec<u8>,
+    /// Bytes of the spool as last measured, plus what was appended since.
+    usage: u64,
+    last_scan: Instant,
+}
+
+impl Writer {
+    /// A writer for `dir` (created when missing). No segment is created
+    /// before the first record.
+    pub fn open(dir: &Path, opts: WriterOptions) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let usage = spool_bytes(dir)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            opts,
+            file: None,
+            seq: 0,
+            seg_len: 0,
+            buf: Vec::with_capacity(WRITE_BUFFER * 2),
+            usage,
+            last_scan: Instant::now(),
+        })
+    }
+
+    /// The spool directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes of the spool as this writer knows them (its unwritten records
+    /// included).
+    pub fn usage(&self) -> u64 {
+        self.usage
+    }
+
+    /// Appends one record with `payload`.
+    pub fn append(&mut self, payload: &[u8]) -> Result<(), AppendError> {
+        self.append_with(|b| b.extend_from_slice(payload))
+    }
+
+    /// Appends one record whose payload `fill` writes at the end of the
+    /// vector it is given (so a caller can encode straight into the
+    /// write buffer). On an error nothing of the record remains.
+    pub fn append_with(&mut self, fill: impl FnOnce(&mut Vec<u8>)) -> Result<(), AppendError> {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0; RECORD_HEADER]);
+        fill(&mut self.buf);
+        let len = self.buf.len() - start - RECORD_HEADER;
+        if len > MAX_RECORD {
+            self.buf.truncate(start);
+            return Err(AppendError::TooLarge);
+        }
+        let size = (RECORD_HEADER + len) as u64;
+        if self.usage + size > self.opts.max_bytes && !self.has_room(size) {
+            self.buf.truncate(start);
+            return Err(AppendError::Full);
+        }
+        let crc = crc32c::crc32c(&self.buf[start + RECORD_HEADER..]);
+        self.buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        self.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        self.usage += size;
+        if self.buf.len() >= WRITE_BUFFER
+            || self.seg_len + self.buf.len() as u64 >= self.opts.segment_bytes
+        {
+            self.flush().map_err(AppendError::Io)?;
+        }
+        Ok(())
+    }
+
+    /// Measures the spool again (throttled) and says whether `size` more
+    /// bytes fit.
+    fn has_room(&mut self, size: u64) -> bool {
+        if self.last_scan.elapsed() >= RESCAN_INTERVAL {
+            self.last_scan = Instant::now();
+            if let Ok(on_disk) = spool_bytes(&self.dir) {
+                self.usage = on_disk + self.buf.len() as u64;
+            }
+        }
+        // `buf` already holds the new record's bytes.
+        self.usage + size <= self.opts.max_bytes
+    }
+
+    /// Writes the buffered records to the segment (no sync). On an error
+    /// the segment is cut back to its last whole record and the records
+    /// stay buffered for the next attempt.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if self.file.is_none() {
+            self.new_segment()?;
+        }
+        let Some(file) = self.file.clone() else {
+            return Err(io::Error::other("no segment open"));
+        };
+        if let Err(e) = (&*file).write_all(&self.buf) {
+            // Never leave a torn record that a later record would follow.
+            let _ = file.set_len(self.seg_len);
+            return Err(e);
+        }
+        self.seg_len += self.buf.len() as u64;
+        self.buf.clear();
+        if self.seg_len >= self.opts.segment_bytes {
+            // The finished segment is made durable before its lock goes.
+            file.sync_data()?;
+            self.file = None;
+        }
+        Ok(())
+    }
+
+    /// Writes and makes durable every appended record.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.flush()?;
+        if let Some(f) = &self.file {
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered records and returns the segment to sync, so
+    /// the sync itself can run without holding the writer.
+    pub(crate) fn flush_for_sync(&mut self) -> io::Result<Option<Arc<File>>> {
+        self.flush()?;
+        Ok(self.file.clone())
+    }
+
+    /// Creates the next segment: under a temporary name, locked, then
+    /// renamed without replacing anything, so readers only ever see
+    /// segments that are locked or finished.
+    fn new_segment(&mut self) -> io::Result<()> {
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let newest = crate::list_segments(&self.dir)?
+            .last()
+            .map(|(s, _)| s + 1)
+            .unwrap_or(0);
+        let mut seq = now_us.max(newest).max(self.seq + 1);
+        let tmp = self
+            .dir
+            .join(format!(".{}.{}.new", std::process::id(), seq));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(&tmp)?;
+        if !try_lock_exclusive(&file)? {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io::Error::other("cannot lock a new spool segment"));
+        }
+        loop {
+            let target = self.dir.join(segment_name(seq));
+            match rename_noreplace(&tmp, &target) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => seq += 1,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            }
+        }
+        File::open(&self.dir)?.sync_all()?;
+        self.file = Some(Arc::new(file));
+        self.seq = seq;
+        self.seg_len = 0;
+        Ok(())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.sync();
+    }
+}
+
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let from = CString::new(from.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let to = CString::new(to.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: two valid NUL-terminated paths for the duration of the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) && e.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(e);
+    }
+    // File systems without RENAME_NOREPLACE: a hard link also refuses to
+    // replace, and the temporary name is then removed.
+    let (from, to) = (
+        Path::new(std::ffi::OsStr::from_bytes(from.as_bytes())),
+        Path::new(std::ffi::OsStr::from_bytes(to.as_bytes())),
+    );
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
+}

@@ -38,6 +38,10 @@ pub struct Metrics {
     pub file_lag: Family<Labels, Gauge>,
     /// Files open per pipeline.
     pub files_open: Family<Labels, Gauge>,
+    /// Open connections per receiving source.
+    source_connections: Family<Labels, Gauge>,
+    /// Bytes in a source's disk spool.
+    spool_bytes: Family<Labels, Gauge>,
     /// Checkpoint file writes.
     pub checkpoint_writes: Counter,
     /// Checkpoint writes that failed (the previous checkpoint stays).
@@ -118,6 +122,8 @@ impl Metrics {
             file_size: Family::default(),
             file_lag: Family::default(),
             files_open: Family::default(),
+            source_connections: Family::default(),
+            spool_bytes: Family::default(),
             checkpoint_writes: Counter::default(),
             checkpoint_errors: Counter::default(),
             config_reloads: Family::default(),
@@ -180,6 +186,16 @@ impl Metrics {
             m.file_lag.clone(),
         );
         r.register("files_open", "Files held open", m.files_open.clone());
+        r.register(
+            "source_connections",
+            "Connections open to a receiving source",
+            m.source_connections.clone(),
+        );
+        r.register(
+            "source_spool_bytes",
+            "Bytes in a source's disk spool (accepted, not yet delivered and deleted)",
+            m.spool_bytes.clone(),
+        );
         r.register(
             "checkpoint_writes",
             "Checkpoint file writes",
@@ -307,6 +323,19 @@ impl ComponentMetrics {
         let mut l = self.labels.clone();
         l.push(("error_type".into(), error_type.into()));
         self.metrics.errors.get_or_create(&l).clone()
+    }
+
+    /// The open-connections gauge of this (receiving) source.
+    pub fn connections_gauge(&self) -> Gauge {
+        self.metrics
+            .source_connections
+            .get_or_create(&self.labels)
+            .clone()
+    }
+
+    /// The spool-size gauge of this source.
+    pub fn spool_bytes_gauge(&self) -> Gauge {
+        self.metrics.spool_bytes.get_or_create(&self.labels).clone()
     }
 
     /// Handles for a sink's delivery loop.

@@ -162,10 +162,7 @@ impl Reader {
         if let Some(c) = self.read_known(max_bytes)? {
             return Ok(Some(c));
         }
-        if self
-            .last_list
-            .is_none_or(|t| t.elapsed() >= LIST_INTERVAL)
-        {
+        if self.last_list.is_none_or(|t| t.elapsed() >= LIST_INTERVAL) {
             self.list(&BTreeMap::new())?;
             return self.read_known(max_bytes);
         }

@@ -89,16 +89,24 @@ impl SharedWriter {
         while s.durable < ticket {
             s.urgent = true;
             self.inner.changed.notify_all();
-            if self
-                .inner
-                .changed
-                .wait_until(&mut s, deadline)
-                .timed_out()
-            {
+            if self.inner.changed.wait_until(&mut s, deadline).timed_out() {
                 return s.durable >= ticket;
             }
         }
         true
+    }
+
+    /// Asks the syncer to make everything appended durable now, without
+    /// waiting for it.
+    pub fn request_sync(&self) {
+        self.inner.state.lock().urgent = true;
+        self.inner.changed.notify_all();
+    }
+
+    /// Writes buffered records to the segment (no sync), so a reader sees
+    /// them.
+    pub fn flush(&self) -> std::io::Result<()> {
+        self.inner.writer.lock().flush()
     }
 
     /// Records durable so far (the last durable ticket).
@@ -163,15 +171,11 @@ impl Inner {
                 s.appended
             };
             last_sync = Instant::now();
-            let result = self
-                .writer
-                .lock()
-                .flush_for_sync()
-                .and_then(|f| match f {
-                    // The sync runs without the writer's lock: appends go on.
-                    Some(f) => f.sync_data(),
-                    None => Ok(()),
-                });
+            let result = self.writer.lock().flush_for_sync().and_then(|f| match f {
+                // The sync runs without the writer's lock: appends go on.
+                Some(f) => f.sync_data(),
+                None => Ok(()),
+            });
             let mut s = self.state.lock();
             match result {
                 Ok(()) => {

@@ -106,7 +106,10 @@ fn a_torn_tail_of_a_dead_writer_keeps_the_good_prefix_and_is_counted() {
     assert_eq!(drain(&mut r, true), recs);
     assert_eq!(r.corrupt_bytes(), 18);
     r.maintain(true).unwrap();
-    assert!(!path.exists(), "finished segment of {len} bytes not deleted");
+    assert!(
+        !path.exists(),
+        "finished segment of {len} bytes not deleted"
+    );
 }
 
 #[test]

@@ -44,9 +44,6 @@ pub enum AppendError {
     Full,
     /// The payload is larger than [`crate::MAX_RECORD`].
     TooLarge,
-    /// The disk failed. The record is kept in memory and written by the
-    /// next flush that succeeds.
-    Io(io::Error),
 }
 
 impl std::fmt::Display for AppendError {
@@ -54,7 +51,6 @@ impl std::fmt::Display for AppendError {
         match self {
             AppendError::Full => f.write_str("spool is full"),
             AppendError::TooLarge => write!(f, "record larger than {} bytes", MAX_RECORD),
-            AppendError::Io(e) => write!(f, "cannot write the spool: {e}"),
         }
     }
 }
@@ -136,7 +132,10 @@ impl Writer {
         if self.buf.len() >= WRITE_BUFFER
             || self.seg_len + self.buf.len() as u64 >= self.opts.segment_bytes
         {
-            self.flush().map_err(AppendError::Io)?;
+            // The record is appended either way: a failed write leaves it
+            // buffered for the next flush or sync, which reports the error.
+            // The buffer stays bounded by `max_bytes`.
+            let _ = self.flush();
         }
         Ok(())
     }

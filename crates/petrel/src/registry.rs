@@ -7,7 +7,13 @@ use petrel_core::plugin::{ProcessorPlugin, SinkPlugin, SourcePlugin};
 use crate::{processors, sinks, sources};
 
 /// Source kinds (`sources:`).
-pub static SOURCES: &[&SourcePlugin] = &[&sources::file::PLUGIN, &sources::stdin::PLUGIN];
+pub static SOURCES: &[&SourcePlugin] = &[
+    &sources::file::PLUGIN,
+    &sources::stdin::PLUGIN,
+    &sources::tcp::PLUGIN,
+    &sources::http::PLUGIN,
+    &sources::spool::PLUGIN,
+];
 
 /// Processor kinds (`processors:`), in the order `validate` lists them.
 pub static PROCESSORS: &[&ProcessorPlugin] = &[

@@ -1,4 +1,9 @@
-//! Sources: where events enter the agent. One module per plugin.
+//! Sources: where events enter the agent. One module per plugin, plus the
+//! machinery receiving sources share (`net`).
 
 pub mod file;
+pub mod http;
+pub mod net;
+pub mod spool;
 pub mod stdin;
+pub mod tcp;

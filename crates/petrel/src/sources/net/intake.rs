@@ -1,0 +1,844 @@
+//! From received blocks to delivered events: the memory buffer, the disk
+//! spool, and delivery with retries until every sink acknowledged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use petrel_core::plugin::{Emitter, SourceContext};
+use petrel_core::{
+    AckReceiver, BatchAck, EventBatch, Key, MemoryCharge, PipelineBudget, SourceInfo,
+};
+use petrel_spool::{AppendError, Reader, SharedWriter, Writer, WriterOptions};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{record, Block, BufferOptions, Decode, WhenFull};
+
+/// The answer to a submitted block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Accepted: in the memory budget, or durable in the spool.
+    Accepted,
+    /// The buffer is full; try again later.
+    Full,
+    /// Not accepted, for this reason.
+    Failed(String),
+}
+
+struct Submission {
+    block: Block,
+    reply: Option<oneshot::Sender<Admission>>,
+}
+
+/// Blocks waiting for the dispatcher; small, since each may be a whole
+/// read buffer and they are not charged yet: when it is full, connections
+/// stop reading.
+const QUEUE_BLOCKS: usize = 16;
+
+/// Bytes the spool reader reads at a time.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// First wait before sending a block again after a failed delivery;
+/// doubled per failure up to [`MAX_RETRY`].
+const MIN_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Where connections hand their blocks; cheap to clone.
+#[derive(Clone)]
+pub struct Intake {
+    tx: mpsc::Sender<Submission>,
+    dispatcher: Thread,
+}
+
+impl Intake {
+    /// Hands over `block`, waiting while the queue is full (which stops
+    /// the caller's reading: backpressure). `false` once the source stops.
+    pub async fn submit(&self, block: Block) -> bool {
+        let ok = self
+            .tx
+            .send(Submission { block, reply: None })
+            .await
+            .is_ok();
+        self.dispatcher.unpark();
+        ok
+    }
+
+    /// Hands over `block` and waits for the answer (HTTP answers its
+    /// client with it).
+    pub async fn submit_and_wait(&self, block: Block, timeout: Duration) -> Admission {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.tx.send(Submission {
+            block,
+            reply: Some(tx),
+        });
+        match tokio::time::timeout(timeout, sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Admission::Failed("the source is stopping".into()),
+            Err(_) => return Admission::Full,
+        }
+        self.dispatcher.unpark();
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(_)) => Admission::Failed("the source is stopping".into()),
+            Err(_) => Admission::Full,
+        }
+    }
+
+    /// [`Self::submit`] from a thread outside the runtime (datagram
+    /// receivers).
+    pub fn submit_blocking(&self, block: Block) -> bool {
+        let ok = self
+            .tx
+            .blocking_send(Submission { block, reply: None })
+            .is_ok();
+        self.dispatcher.unpark();
+        ok
+    }
+}
+
+/// Flags shared by a source's threads.
+#[derive(Default)]
+struct Flags {
+    /// No more input: drain the queue, then deliver what is held.
+    stop_input: AtomicBool,
+    /// End now.
+    stop: AtomicBool,
+}
+
+/// The threads behind an [`Intake`].
+pub struct IntakeRunner {
+    flags: Arc<Flags>,
+    threads: Vec<JoinHandle<()>>,
+    acks: Arc<Acks>,
+    disk: bool,
+    key: String,
+}
+
+impl IntakeRunner {
+    /// No more input is coming; held data is still delivered.
+    pub fn begin_stop(&self) {
+        self.flags.stop_input.store(true, Ordering::SeqCst);
+        for t in &self.threads {
+            t.thread().unpark();
+        }
+    }
+
+    /// Waits until everything accepted was delivered (memory) or is safe
+    /// in the spool with its in-flight part answered (disk), at most until
+    /// `deadline`.
+    pub fn wait_stopped(mut self, deadline: Instant) -> anyhow::Result<()> {
+        self.begin_stop();
+        while Instant::now() < deadline && self.threads.iter().any(|t| !t.is_finished()) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.flags.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        let left = self.acks.retained_frames();
+        if left > 0 && !self.disk {
+            anyhow::bail!(
+                "source {}: {left} message(s) held in memory were not delivered before the shutdown deadline (use `buffer: {{type: disk}}` to keep them across restarts)",
+                self.key
+            );
+        }
+        Ok(())
+    }
+
+    /// True while its threads run.
+    pub fn is_alive(&self) -> bool {
+        self.flags.stop_input.load(Ordering::SeqCst)
+            || self.threads.iter().all(|t| !t.is_finished())
+    }
+}
+
+/// Counters of a receiving source.
+#[derive(Clone)]
+struct Counters {
+    sent_events: Counter,
+    sent_bytes: Counter,
+    buffer_full: Counter,
+    too_large: Counter,
+    bad_records: Counter,
+    corrupt_bytes: Counter,
+    spool_bytes: Gauge,
+    spool_errors: Counter,
+}
+
+/// Starts the intake of a source: with a disk buffer, a spool in
+/// `<data dir>/spool/<source key>`.
+pub fn start(
+    ctx: &SourceContext,
+    decode: Arc<dyn Decode>,
+    buffer: &BufferOptions,
+    source_type: &'static str,
+) -> anyhow::Result<(Intake, IntakeRunner)> {
+    let spool = buffer
+        .disk
+        .then(|| super::spool_dir(&ctx.engine.data_dir, &ctx.key));
+    start_with(ctx, decode, buffer, source_type, spool.as_deref())
+}
+
+fn counters(ctx: &SourceContext) -> Counters {
+    let m = &ctx.metrics;
+    Counters {
+        sent_events: m.sent_events.clone(),
+        sent_bytes: m.sent_bytes.clone(),
+        buffer_full: m.discarded_counter("buffer_full"),
+        too_large: m.discarded_counter("too_large"),
+        bad_records: m.error_counter("spool_bad_record"),
+        corrupt_bytes: m.error_counter("spool_corrupt_bytes"),
+        spool_bytes: m.spool_bytes_gauge(),
+        spool_errors: m.error_counter("spool_write_failed"),
+    }
+}
+
+fn start_with(
+    ctx: &SourceContext,
+    decode: Arc<dyn Decode>,
+    buffer: &BufferOptions,
+    source_type: &'static str,
+    spool: Option<&Path>,
+) -> anyhow::Result<(Intake, IntakeRunner)> {
+    let flags = Arc::new(Flags::default());
+    let counters = counters(ctx);
+    let (tx, rx) = mpsc::channel(QUEUE_BLOCKS);
+    let mut threads = Vec::new();
+    let delivery_parts = (
+        ctx.emitter.clone(),
+        decode,
+        ctx.meta.clone(),
+        source_type,
+        counters.clone(),
+    );
+    let (acks, dispatcher) = match spool {
+        None => {
+            let acks = Acks::new();
+            let delivery = Delivery::new(delivery_parts, acks.clone());
+            let mut d = MemoryDispatcher {
+                rx,
+                delivery,
+                budget: ctx.budget.clone(),
+                when_full: buffer.when_full,
+                flags: flags.clone(),
+                counters,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("petrel-in-{source_type}"))
+                .spawn(move || d.run())?;
+            let t = h.thread().clone();
+            threads.push(h);
+            (acks, t)
+        }
+        Some(dir) => {
+            let reader = Reader::open(dir)
+                .map_err(|e| anyhow::anyhow!("cannot open the spool {}: {e}", dir.display()))?;
+            let writer = Writer::open(
+                dir,
+                WriterOptions {
+                    max_bytes: buffer.max_bytes,
+                    ..WriterOptions::default()
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("cannot write the spool {}: {e}", dir.display()))?;
+            let writer = Arc::new(SharedWriter::new(writer, buffer.sync_interval)?);
+            let acks = Acks::new();
+            let delivery = Delivery::new(delivery_parts, acks.clone());
+            let mut r = SpoolReader {
+                reader,
+                delivery,
+                budget: ctx.budget.clone(),
+                flags: flags.clone(),
+                counters: counters.clone(),
+                corrupt_seen: 0,
+            };
+            let rh = std::thread::Builder::new()
+                .name(format!("petrel-spool-{source_type}"))
+                .spawn(move || r.run())?;
+            let waiters: Arc<Mutex<Vec<(u64, oneshot::Sender<Admission>)>>> = Arc::default();
+            let w2 = waiters.clone();
+            writer.on_durable(move |durable| {
+                let mut w = w2.lock();
+                let mut i = 0;
+                while i < w.len() {
+                    if w[i].0 <= durable {
+                        let (_, tx) = w.swap_remove(i);
+                        let _ = tx.send(Admission::Accepted);
+                    } else {
+                        i += 1;
+                    }
+                }
+            });
+            let mut d = DiskDispatcher {
+                rx,
+                writer,
+                waiters,
+                reader_thread: rh.thread().clone(),
+                when_full: buffer.when_full,
+                flags: flags.clone(),
+                counters,
+            };
+            let dh = std::thread::Builder::new()
+                .name(format!("petrel-in-{source_type}"))
+                .spawn(move || d.run())?;
+            let t = dh.thread().clone();
+            threads.push(dh);
+            threads.push(rh);
+            (acks, t)
+        }
+    };
+    Ok((
+        Intake { tx, dispatcher },
+        IntakeRunner {
+            flags,
+            threads,
+            acks,
+            disk: spool.is_some(),
+            key: ctx.key.clone(),
+        },
+    ))
+}
+
+/// Reads a spool another process writes (`petrel pipe`), for `type: spool`.
+pub fn start_spool_reader(
+    ctx: &SourceContext,
+    decode: Arc<dyn Decode>,
+    dir: &Path,
+    source_type: &'static str,
+) -> anyhow::Result<IntakeRunner> {
+    let reader = Reader::open(dir)
+        .map_err(|e| anyhow::anyhow!("cannot open the spool {}: {e}", dir.display()))?;
+    let flags = Arc::new(Flags::default());
+    let counters = counters(ctx);
+    let acks = Acks::new();
+    let delivery = Delivery::new(
+        (
+            ctx.emitter.clone(),
+            decode,
+            ctx.meta.clone(),
+            source_type,
+            counters.clone(),
+        ),
+        acks.clone(),
+    );
+    let mut r = SpoolReader {
+        reader,
+        delivery,
+        budget: ctx.budget.clone(),
+        flags: flags.clone(),
+        counters,
+        corrupt_seen: 0,
+    };
+    let h = std::thread::Builder::new()
+        .name(format!("petrel-spool-{source_type}"))
+        .spawn(move || r.run())?;
+    Ok(IntakeRunner {
+        flags,
+        threads: vec![h],
+        acks,
+        disk: true,
+        key: ctx.key.clone(),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Delivery
+
+/// A spool range answered once all blocks read from it were delivered.
+struct ChunkDone {
+    segment: u64,
+    start: u64,
+    end: u64,
+    remaining: AtomicUsize,
+    /// Memory of the chunk's buffer, released with the last block.
+    _charge: MemoryCharge,
+}
+
+/// A block kept until every sink acknowledged it.
+struct Retained {
+    block: Block,
+    _charge: MemoryCharge,
+    chunk: Option<Arc<ChunkDone>>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+/// Learns delivery outcomes; shared with the sinks' acknowledgements.
+struct Acks {
+    retained: Mutex<BTreeMap<u64, Retained>>,
+    /// Spool ranges fully delivered, for the reader to commit.
+    done: Mutex<Vec<(u64, u64, u64)>>,
+    next_seq: AtomicU64,
+    /// The thread to wake when something was answered.
+    owner: Mutex<Option<Thread>>,
+}
+
+impl Acks {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            retained: Mutex::new(BTreeMap::new()),
+            done: Mutex::new(Vec::new()),
+            next_seq: AtomicU64::new(0),
+            owner: Mutex::new(None),
+        })
+    }
+
+    fn retained_frames(&self) -> usize {
+        self.retained
+            .lock()
+            .values()
+            .map(|r| r.block.frames.len())
+            .sum()
+    }
+}
+
+impl AckReceiver for Acks {
+    fn complete(&self, seq: u64, delivered: bool) {
+        let mut r = self.retained.lock();
+        if delivered {
+            if let Some(b) = r.remove(&seq) {
+                drop(r);
+                if let Some(c) = b.chunk {
+                    if c.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        self.done.lock().push((c.segment, c.start, c.end));
+                    }
+                }
+            }
+        } else if let Some(b) = r.get_mut(&seq) {
+            b.backoff = (b.backoff * 2).clamp(MIN_RETRY, MAX_RETRY);
+            b.retry_at = Some(Instant::now() + b.backoff);
+        }
+        if let Some(t) = &*self.owner.lock() {
+            t.unpark();
+        }
+    }
+}
+
+/// Decodes blocks into batches and emits them, keeping each block until it
+/// was delivered. Used from one thread.
+struct Delivery {
+    emitter: Arc<dyn Emitter>,
+    decode: Arc<dyn Decode>,
+    meta: Arc<[(Key, Arc<str>)]>,
+    source_type: &'static str,
+    counters: Counters,
+    acks: Arc<Acks>,
+    /// Batch origins by peer, so a stream from one peer shares one.
+    infos: HashMap<Option<Arc<str>>, Arc<SourceInfo>>,
+}
+
+type DeliveryParts = (
+    Arc<dyn Emitter>,
+    Arc<dyn Decode>,
+    Arc<[(Key, Arc<str>)]>,
+    &'static str,
+    Counters,
+);
+
+impl Delivery {
+    fn new(parts: DeliveryParts, acks: Arc<Acks>) -> Self {
+        let (emitter, decode, meta, source_type, counters) = parts;
+        Self {
+            emitter,
+            decode,
+            meta,
+            source_type,
+            counters,
+            acks,
+            infos: HashMap::new(),
+        }
+    }
+
+    fn info(&mut self, peer: &Option<Arc<str>>) -> Arc<SourceInfo> {
+        if let Some(i) = self.infos.get(peer) {
+            return i.clone();
+        }
+        if self.infos.len() >= 4096 {
+            self.infos.clear();
+        }
+        let mut meta: Vec<(Key, Arc<str>)> = self.meta.to_vec();
+        if let Some(p) = peer {
+            meta.push((Key::Borrowed("source_address"), p.clone()));
+        }
+        let info = Arc::new(SourceInfo {
+            path: "".into(),
+            meta: meta.into(),
+            source_type: self.source_type,
+        });
+        self.infos.insert(peer.clone(), info.clone());
+        info
+    }
+
+    /// Emits `block` for the first time. `kept` pays for the block while it
+    /// is held; `extra` travels with the batch (for the sinks' copies).
+    fn send_new(
+        &mut self,
+        block: Block,
+        kept: MemoryCharge,
+        extra: MemoryCharge,
+        chunk: Option<Arc<ChunkDone>>,
+    ) {
+        let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
+        let frames = block.frames.len() as u64;
+        let bytes: u64 = block.frames.iter().map(|s| s.len as u64).sum();
+        let batch = self.batch(&block, extra, seq);
+        self.acks.retained.lock().insert(
+            seq,
+            Retained {
+                block,
+                _charge: kept,
+                chunk,
+                retry_at: None,
+                backoff: Duration::ZERO,
+            },
+        );
+        self.counters.sent_events.inc_by(frames);
+        self.counters.sent_bytes.inc_by(bytes);
+        self.emitter.emit(batch);
+    }
+
+    fn batch(&mut self, block: &Block, charge: MemoryCharge, seq: u64) -> EventBatch {
+        let mut batch = EventBatch::new(block.buf.clone(), self.info(&block.peer));
+        batch.events.reserve(block.frames.len());
+        self.decode.decode(block, &mut batch);
+        batch.input_bytes = block.frames.iter().map(|s| s.len as u64).sum();
+        batch.charge = charge;
+        batch.ack = Some(BatchAck::start(self.acks.clone(), seq));
+        batch
+    }
+
+    /// Sends again the blocks whose delivery failed and whose backoff
+    /// passed, under a new sequence number (the old one was answered).
+    fn resend_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<u64> = self
+            .acks
+            .retained
+            .lock()
+            .iter()
+            .filter(|(_, b)| b.retry_at.is_some_and(|t| t <= now))
+            .map(|(s, _)| *s)
+            .collect();
+        for old in due {
+            let Some(mut r) = self.acks.retained.lock().remove(&old) else {
+                continue;
+            };
+            tracing::warn!(
+                source_type = self.source_type,
+                retry_in_ms = r.backoff.as_millis() as u64,
+                "delivery of received data failed; sending it again"
+            );
+            r.retry_at = None;
+            let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
+            let batch = self.batch(&r.block, MemoryCharge::none(), seq);
+            self.acks.retained.lock().insert(seq, r);
+            self.emitter.emit(batch);
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.acks.retained.lock().len()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Memory buffer
+
+struct MemoryDispatcher {
+    rx: mpsc::Receiver<Submission>,
+    delivery: Delivery,
+    budget: Arc<PipelineBudget>,
+    when_full: WhenFull,
+    flags: Arc<Flags>,
+    counters: Counters,
+}
+
+impl MemoryDispatcher {
+    fn run(&mut self) {
+        *self.delivery.acks.owner.lock() = Some(std::thread::current());
+        loop {
+            if self.flags.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            self.delivery.resend_due();
+            match self.rx.try_recv() {
+                Ok(sub) => self.admit(sub),
+                Err(_) => {
+                    if self.flags.stop_input.load(Ordering::SeqCst) {
+                        self.rx.close();
+                        while let Ok(sub) = self.rx.try_recv() {
+                            self.admit(sub);
+                        }
+                        if self.delivery.pending() == 0 {
+                            return;
+                        }
+                    }
+                    std::thread::park_timeout(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, sub: Submission) {
+        let Submission { block, reply } = sub;
+        let len = block.buf.len();
+        let want = self.budget.reservation(len);
+        let charge = match self.when_full {
+            WhenFull::DropNewest => self.budget.try_charge(want),
+            WhenFull::Block => {
+                // An HTTP client gets 503 after a second rather than a
+                // connection held open; a stream waits as long as it takes
+                // (the socket stops being read: TCP pushes back).
+                let started = Instant::now();
+                loop {
+                    let c = self
+                        .budget
+                        .charge_blocking(want, Instant::now() + Duration::from_millis(100));
+                    if c.is_some()
+                        || (reply.is_some() && started.elapsed() >= Duration::from_secs(1))
+                        || self.flags.stop.load(Ordering::SeqCst)
+                    {
+                        break c;
+                    }
+                    self.delivery.resend_due();
+                }
+            }
+        };
+        let Some(mut charge) = charge else {
+            if reply.is_none() {
+                self.counters.buffer_full.inc_by(block.frames.len() as u64);
+            }
+            if let Some(r) = reply {
+                let _ = r.send(Admission::Full);
+            }
+            return;
+        };
+        let kept = charge.split(len);
+        self.delivery.send_new(block, kept, charge, None);
+        if let Some(r) = reply {
+            let _ = r.send(Admission::Accepted);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Disk buffer
+
+struct DiskDispatcher {
+    rx: mpsc::Receiver<Submission>,
+    writer: Arc<SharedWriter>,
+    waiters: Arc<Mutex<Vec<(u64, oneshot::Sender<Admission>)>>>,
+    reader_thread: Thread,
+    when_full: WhenFull,
+    flags: Arc<Flags>,
+    counters: Counters,
+}
+
+impl DiskDispatcher {
+    fn run(&mut self) {
+        let mut wrote = false;
+        loop {
+            match self.rx.try_recv() {
+                Ok(sub) => {
+                    wrote |= self.admit(sub);
+                    continue;
+                }
+                Err(_) => {
+                    // A burst is spooled: make it visible to the reader.
+                    if wrote {
+                        wrote = false;
+                        if let Err(e) = self.writer.flush() {
+                            self.counters.spool_errors.inc();
+                            tracing::error!(error = %e, "cannot write the spool; retrying");
+                        }
+                        self.reader_thread.unpark();
+                    }
+                    self.counters
+                        .spool_bytes
+                        .set(self.writer.with_writer(|w| w.usage()) as i64);
+                }
+            }
+            if self.flags.stop_input.load(Ordering::SeqCst)
+                || self.flags.stop.load(Ordering::SeqCst)
+            {
+                self.rx.close();
+                while let Ok(sub) = self.rx.try_recv() {
+                    self.admit(sub);
+                }
+                if let Err(e) = self.writer.close() {
+                    tracing::error!(error = %e, "cannot sync the spool at shutdown");
+                }
+                self.reader_thread.unpark();
+                return;
+            }
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+    }
+
+    /// Spools one block; true when something was written.
+    fn admit(&mut self, sub: Submission) -> bool {
+        let Submission { block, reply } = sub;
+        loop {
+            match self.writer.append_with(|out| record::encode(&block, out)) {
+                Ok(ticket) => {
+                    if let Some(r) = reply {
+                        self.waiters.lock().push((ticket, r));
+                        self.writer.request_sync();
+                    }
+                    return true;
+                }
+                Err(AppendError::Full) => {
+                    let wait = self.when_full == WhenFull::Block
+                        && reply.is_none()
+                        && !self.flags.stop.load(Ordering::SeqCst);
+                    if wait {
+                        // The socket is not read meanwhile: the sender waits.
+                        self.reader_thread.unpark();
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    if let Some(r) = reply {
+                        let _ = r.send(Admission::Full);
+                    } else {
+                        self.counters.buffer_full.inc_by(block.frames.len() as u64);
+                    }
+                    return false;
+                }
+                Err(AppendError::TooLarge) => {
+                    self.counters.too_large.inc_by(block.frames.len() as u64);
+                    if let Some(r) = reply {
+                        let _ = r.send(Admission::Failed("request too large for the spool".into()));
+                    }
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Emits what a spool holds, and commits what was delivered.
+struct SpoolReader {
+    reader: Reader,
+    delivery: Delivery,
+    budget: Arc<PipelineBudget>,
+    flags: Arc<Flags>,
+    counters: Counters,
+    corrupt_seen: u64,
+}
+
+impl SpoolReader {
+    fn run(&mut self) {
+        *self.delivery.acks.owner.lock() = Some(std::thread::current());
+        let mut last_error: Option<Instant> = None;
+        loop {
+            self.delivery.resend_due();
+            self.commit();
+            if let Err(e) = self.reader.maintain(false) {
+                if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::error!(spool = %self.reader.dir().display(), error = %e, "cannot update the spool's state");
+                    last_error = Some(Instant::now());
+                }
+                self.counters.spool_errors.inc();
+            }
+            let corrupt = self.reader.corrupt_bytes();
+            if corrupt > self.corrupt_seen {
+                tracing::error!(
+                    spool = %self.reader.dir().display(),
+                    bytes = corrupt - self.corrupt_seen,
+                    "a spool segment ends in a torn or damaged record (crash mid-write?); its good records were kept, the rest skipped"
+                );
+                self.counters
+                    .corrupt_bytes
+                    .inc_by(corrupt - self.corrupt_seen);
+                self.corrupt_seen = corrupt;
+            }
+            if self.flags.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            if self.flags.stop_input.load(Ordering::SeqCst) {
+                // The data is safe on disk: only wait for what is in flight.
+                if self.delivery.pending() == 0 {
+                    break;
+                }
+                std::thread::park_timeout(Duration::from_millis(10));
+                continue;
+            }
+            let want = self.budget.reservation(CHUNK_BYTES);
+            let Some(charge) = self
+                .budget
+                .charge_blocking(want, Instant::now() + Duration::from_millis(100))
+            else {
+                continue;
+            };
+            match self.reader.read(CHUNK_BYTES) {
+                Ok(Some(chunk)) => self.emit(chunk, charge),
+                Ok(None) => {
+                    drop(charge);
+                    std::thread::park_timeout(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    drop(charge);
+                    self.counters.spool_errors.inc();
+                    tracing::error!(spool = %self.reader.dir().display(), error = %e, "cannot read the spool; retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        self.commit();
+        if let Err(e) = self.reader.maintain(true) {
+            tracing::error!(spool = %self.reader.dir().display(), error = %e, "cannot write the spool's state at shutdown; delivered data may be sent again");
+        }
+    }
+
+    fn commit(&mut self) {
+        let done = std::mem::take(&mut *self.delivery.acks.done.lock());
+        for (seg, start, end) in done {
+            self.reader.complete(seg, start, end);
+        }
+    }
+
+    fn emit(&mut self, chunk: petrel_spool::Chunk, mut charge: MemoryCharge) {
+        // Consecutive records from one peer become one batch.
+        let mut blocks: Vec<Block> = Vec::new();
+        let mut peers = None;
+        for r in &chunk.records {
+            match record::decode(&chunk.buf, r.clone(), &mut peers) {
+                Ok(b) => match blocks.last_mut() {
+                    Some(last) if last.peer == b.peer && last.json == b.json => {
+                        last.frames.extend(b.frames)
+                    }
+                    _ => blocks.push(b),
+                },
+                Err(record::BadRecord) => {
+                    self.counters.bad_records.inc();
+                }
+            }
+        }
+        charge.shrink_to(self.budget.reservation(chunk.buf.len()));
+        let kept = charge.split(chunk.buf.len());
+        let done = Arc::new(ChunkDone {
+            segment: chunk.segment,
+            start: chunk.start,
+            end: chunk.end,
+            remaining: AtomicUsize::new(blocks.len()),
+            _charge: kept,
+        });
+        if blocks.is_empty() {
+            self.reader.complete(chunk.segment, chunk.start, chunk.end);
+            return;
+        }
+        let mut extra = Some(charge);
+        for b in blocks {
+            let e = extra.take().unwrap_or_default();
+            self.delivery
+                .send_new(b, MemoryCharge::none(), e, Some(done.clone()));
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! Stream listeners (TCP, TLS over TCP, Unix stream sockets): accept,
+//! read into a buffer, cut frames, hand blocks to the intake.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use petrel_core::plugin::SourceContext;
+use petrel_core::Span;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{watch, Semaphore};
+
+use super::intake::Intake;
+use super::{now_ns, Block, ConnLimits, ListenAddr};
+
+/// Bytes asked of one read. Large reads keep the per-message cost low
+/// at high rates; a connection's buffer grows to at most this plus the
+/// longest frame kept.
+const READ_BYTES: usize = 64 << 10;
+
+/// A TLS handshake that takes longer than this is abandoned (counted).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Cuts frames from the start of a connection's buffer.
+pub trait Splitter: Send + 'static {
+    /// Pushes the spans of the complete frames at the start of `buf` to
+    /// `out` and returns the bytes they (and anything skipped) cover. At
+    /// `eof` an unterminated tail is a frame too. Must consume bytes when
+    /// `buf` holds more than the longest frame allowed, so buffers stay
+    /// bounded.
+    fn split(&mut self, buf: &[u8], eof: bool, out: &mut Vec<Span>) -> usize;
+}
+
+/// Makes one splitter per connection.
+pub type MakeSplitter = Arc<dyn Fn() -> Box<dyn Splitter> + Send + Sync>;
+
+/// Newline-ended frames (`\r\n` too), longer ones cut at `max` bytes and
+/// counted.
+pub struct LineSplitter {
+    max: usize,
+    /// Inside an over-long line: skip to its end.
+    skipping: bool,
+    too_long: Counter,
+}
+
+impl LineSplitter {
+    /// Frames of at most `max` bytes; cut lines counted in `too_long`.
+    pub fn new(max: usize, too_long: Counter) -> Self {
+        Self {
+            max,
+            skipping: false,
+            too_long,
+        }
+    }
+}
+
+impl Splitter for LineSplitter {
+    fn split(&mut self, buf: &[u8], eof: bool, out: &mut Vec<Span>) -> usize {
+        let mut start = 0;
+        loop {
+            let rest = &buf[start..];
+            match memchr::memchr(b'\n', rest) {
+                Some(nl) => {
+                    if self.skipping {
+                        self.skipping = false;
+                    } else {
+                        let mut len = nl;
+                        if len > 0 && rest[len - 1] == b'\r' {
+                            len -= 1;
+                        }
+                        if len > self.max {
+                            self.too_long.inc();
+                            len = self.max;
+                        }
+                        if len > 0 {
+                            out.push(Span::new(start, len));
+                        }
+                    }
+                    start += nl + 1;
+                }
+                None => {
+                    if self.skipping {
+                        return buf.len();
+                    }
+                    if rest.len() > self.max {
+                        // Kept: the first `max` bytes; the rest of the line
+                        // is skipped as it arrives.
+                        self.too_long.inc();
+                        out.push(Span::new(start, self.max));
+                        self.skipping = true;
+                        return buf.len();
+                    }
+                    if eof && !rest.is_empty() {
+                        let mut len = rest.len();
+                        if rest[len - 1] == b'\r' {
+                            len -= 1;
+                        }
+                        if len > 0 {
+                            out.push(Span::new(start, len));
+                        }
+                        return buf.len();
+                    }
+                    return start;
+                }
+            }
+        }
+    }
+}
+
+/// Counters of a stream listener.
+#[derive(Clone)]
+pub struct StreamCounters {
+    /// Open connections.
+    pub connections: Gauge,
+    /// Connections closed at accept: `max_connections` reached.
+    pub refused: Counter,
+    /// Connections closed after `idle_timeout_secs` of silence.
+    pub idle_closed: Counter,
+    /// Read errors and failed TLS handshakes.
+    pub read_errors: Counter,
+    /// TLS handshakes that failed or timed out.
+    pub tls_failed: Counter,
+}
+
+impl StreamCounters {
+    /// The counters of the source of `ctx`.
+    pub fn new(ctx: &SourceContext) -> Self {
+        let m = &ctx.metrics;
+        Self {
+            connections: m.connections_gauge(),
+            refused: m.error_counter("connection_refused"),
+            idle_closed: m.error_counter("idle_timeout"),
+            read_errors: m.error_counter("read_failed"),
+            tls_failed: m.error_counter("tls_handshake_failed"),
+        }
+    }
+}
+
+/// A listening socket and its connections.
+pub struct StreamListener {
+    stop: watch::Sender<bool>,
+    alive: Arc<AtomicBool>,
+    unix_path: Option<std::path::PathBuf>,
+}
+
+impl StreamListener {
+    /// Stops accepting and closes the connections.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+        if let Some(p) = &self.unix_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// True while the accept loop runs.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for StreamListener {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What a stream listener needs.
+pub struct StreamSpec {
+    /// Where to listen.
+    pub addr: ListenAddr,
+    /// Connection limits.
+    pub limits: ConnLimits,
+    /// TLS, for TCP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Mode of a created Unix socket.
+    pub socket_mode: u32,
+    /// Frames per connection.
+    pub splitter: MakeSplitter,
+    /// Counters.
+    pub counters: StreamCounters,
+}
+
+/// Binds now (so a taken port fails the start) and serves on `rt`.
+pub fn listen(
+    rt: &tokio::runtime::Handle,
+    spec: StreamSpec,
+    intake: Intake,
+) -> anyhow::Result<StreamListener> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let alive = Arc::new(AtomicBool::new(true));
+    let slots = Arc::new(Semaphore::new(spec.limits.max_connections));
+    let addr = spec.addr.clone();
+    let spec = Arc::new(spec);
+    match &addr {
+        ListenAddr::Inet(addr) => {
+            let std = std::net::TcpListener::bind(addr)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+            std.set_nonblocking(true)?;
+            let listener = {
+                let _g = rt.enter();
+                tokio::net::TcpListener::from_std(std)?
+            };
+            let acceptor = spec.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+            let alive2 = alive.clone();
+            rt.spawn(async move {
+                let mut stop = stop_rx.clone();
+                loop {
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = stop.changed() => break,
+                    };
+                    let (sock, peer) = match accepted {
+                        Ok(x) => x,
+                        Err(e) => {
+                            // Out of descriptors, say: wait instead of spinning.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let Ok(permit) = slots.clone().try_acquire_owned() else {
+                        spec.counters.refused.inc();
+                        drop(sock);
+                        continue;
+                    };
+                    let _ = sock.set_nodelay(true);
+                    let peer: Arc<str> = peer.to_string().into();
+                    let (spec, intake, stop) = (spec.clone(), intake.clone(), stop_rx.clone());
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        match acceptor {
+                            None => serve(sock, peer, &spec, &intake, stop).await,
+                            Some(a) => {
+                                match tokio::time::timeout(HANDSHAKE_TIMEOUT, a.accept(sock)).await
+                                {
+                                    Ok(Ok(tls)) => serve(tls, peer, &spec, &intake, stop).await,
+                                    Ok(Err(e)) => {
+                                        spec.counters.tls_failed.inc();
+                                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                    }
+                                    Err(_) => {
+                                        spec.counters.tls_failed.inc();
+                                    }
+                                }
+                            }
+                        }
+                    });
+                }
+                alive2.store(false, Ordering::SeqCst);
+            });
+            Ok(StreamListener {
+                stop: stop_tx,
+                alive,
+                unix_path: None,
+            })
+        }
+        ListenAddr::Unix(path) => {
+            remove_stale_socket(path)?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let std = std::os::unix::net::UnixListener::bind(path)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(spec.socket_mode))?;
+            std.set_nonblocking(true)?;
+            let listener = {
+                let _g = rt.enter();
+                tokio::net::UnixListener::from_std(std)?
+            };
+            let peer: Arc<str> = path.display().to_string().into();
+            let alive2 = alive.clone();
+            rt.spawn(async move {
+                let mut stop = stop_rx.clone();
+                loop {
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = stop.changed() => break,
+                    };
+                    let sock = match accepted {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let Ok(permit) = slots.clone().try_acquire_owned() else {
+                        spec.counters.refused.inc();
+                        continue;
+                    };
+                    let (spec, intake, stop, peer) =
+                        (spec.clone(), intake.clone(), stop_rx.clone(), peer.clone());
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        serve(sock, peer, &spec, &intake, stop).await;
+                    });
+                }
+                alive2.store(false, Ordering::SeqCst);
+            });
+            Ok(StreamListener {
+                stop: stop_tx,
+                alive,
+                unix_path: Some(path.clone()),
+            })
+        }
+    }
+}
+
+/// Removes a socket left by a previous run; refuses to remove anything
+/// that is not a socket.
+pub fn remove_stale_socket(path: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path)?;
+            Ok(())
+        }
+        Ok(_) => anyhow::bail!(
+            "{} exists and is not a socket; choose another `address` or remove it",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reads one connection until it ends, is idle too long, or the source
+/// stops.
+async fn serve<S: AsyncRead + Unpin>(
+    mut sock: S,
+    peer: Arc<str>,
+    spec: &StreamSpec,
+    intake: &Intake,
+    mut stop: watch::Receiver<bool>,
+) {
+    let c = &spec.counters;
+    c.connections.inc();
+    let mut splitter = (spec.splitter)();
+    let mut buf = BytesMut::with_capacity(READ_BYTES);
+    let mut frames = Vec::new();
+    loop {
+        if buf.capacity() - buf.len() < READ_BYTES / 4 {
+            buf.reserve(READ_BYTES);
+        }
+        let read = tokio::select! {
+            r = tokio::time::timeout(spec.limits.idle_timeout, sock.read_buf(&mut buf)) => r,
+            _ = stop.changed() => break,
+        };
+        let eof = match read {
+            Err(_) => {
+                c.idle_closed.inc();
+                true
+            }
+            Ok(Err(e)) => {
+                c.read_errors.inc();
+                tracing::debug!(%peer, error = %e, "read failed; closing the connection");
+                true
+            }
+            Ok(Ok(n)) => n == 0,
+        };
+        let used = splitter.split(&buf, eof, &mut frames);
+        if frames.is_empty() {
+            buf.advance(used);
+        } else {
+            let data = buf.split_to(used).freeze();
+            let block = Block {
+                buf: data,
+                frames: std::mem::take(&mut frames),
+                peer: Some(peer.clone()),
+                received_ns: now_ns(),
+                json: false,
+            };
+            if !intake.submit(block).await {
+                break;
+            }
+        }
+        if eof {
+            break;
+        }
+    }
+    c.connections.dec();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_all(input: &[u8], chunk: usize, max: usize) -> (Vec<Vec<u8>>, u64) {
+        let too_long = Counter::default();
+        let mut s = LineSplitter::new(max, too_long.clone());
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        for (i, piece) in input.chunks(chunk).enumerate() {
+            buf.extend_from_slice(piece);
+            let eof = (i + 1) * chunk >= input.len();
+            let mut spans = Vec::new();
+            let used = s.split(&buf, eof, &mut spans);
+            out.extend(spans.iter().map(|sp| sp.get(&buf).to_vec()));
+            buf.drain(..used);
+        }
+        (out, too_long.get())
+    }
+
+    #[test]
+    fn lines_are_the_same_whatever_the_read_sizes() {
+        let input = b"one\r\ntwo\n\nthree is longer than ten\nfour\nlast-no-newline";
+        for chunk in 1..input.len() {
+            let (got, cut) = split_all(input, chunk, 10);
+            assert_eq!(
+                got,
+                vec![
+                    b"one".to_vec(),
+                    b"two".to_vec(),
+                    b"three is l".to_vec(),
+                    b"four".to_vec(),
+                    b"last-no-ne".to_vec()
+                ],
+                "read size {chunk}"
+            );
+            assert_eq!(cut, 2, "read size {chunk}");
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! `type: spool` — what `petrel pipe` (or another Petrel writer) appended
+//! to a spool directory, one event per line.
+//!
+//! ```yaml
+//! sources:
+//!   - type: spool
+//!     path: /var/lib/petrel/spool/apache
+//! ```
+//! Delivered records are committed in the directory (`reader.state`) and
+//! finished segments deleted; after a restart reading resumes there. Only
+//! one source (one agent) may read a spool directory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use petrel_core::config::Map;
+use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+
+use super::net::{intake, RawDecode, RunningNet};
+
+/// Keys accepted by the spool source.
+pub const KEYS: &[&str] = &["type", "id", "path"];
+
+/// Registration of `type: spool`.
+pub const PLUGIN: SourcePlugin = SourcePlugin {
+    type_name: "spool",
+    keys: KEYS,
+    parse: |m| SpoolSourceConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+/// Configuration of the spool source.
+#[derive(Debug, Clone)]
+pub struct SpoolSourceConfig {
+    path: PathBuf,
+}
+
+impl SpoolSourceConfig {
+    /// Reads the source's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let n = map.required("path", "/var/lib/petrel/spool/apache")?;
+        let p = n.as_str()?;
+        if !p.starts_with('/') {
+            n.error(format!(
+                "`path` must be absolute (the directory given to `petrel pipe --spool-dir`); got `{p}`"
+            ));
+            return None;
+        }
+        Some(Self { path: p.into() })
+    }
+}
+
+impl petrel_core::plugin::SourceConfig for SpoolSourceConfig {
+    fn type_name(&self) -> &'static str {
+        "spool"
+    }
+
+    fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        let runner = intake::start_spool_reader(&ctx, Arc::new(RawDecode), &self.path, "spool")?;
+        tracing::info!(source = %ctx.key, path = %self.path.display(), "reading spool");
+        Ok(Box::new(RunningNet::new(Vec::new(), runner, None)))
+    }
+}

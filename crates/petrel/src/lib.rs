@@ -7,6 +7,7 @@ pub mod api;
 pub mod config;
 pub mod data_dir;
 pub mod paths;
+pub mod pipe;
 pub mod processors;
 pub mod registry;
 pub mod sinks;

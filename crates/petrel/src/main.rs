@@ -14,6 +14,7 @@ Examples:
   petrel run --config examples/quickstart.yaml --data-dir /tmp/petrel-data
   petrel run --config /etc/petrel/pipelines/ --threads 2 --memory-limit 128MiB
   petrel validate --config /etc/petrel/pipelines/
+  petrel pipe --spool-dir /var/lib/petrel/spool/apache   # as Apache's CustomLog \"|...\"
   petrel gen --format single128 --size 1GiB --output /tmp/single128.log
   petrel gen --format nginx283 --rate 10MB --duration 60 --output /tmp/access.log --rotate-bytes 100MB";
 
@@ -38,6 +39,29 @@ enum Cmd {
     },
     /// Write a benchmark data set.
     Gen(GenArgs),
+    /// Copy standard input to a spool directory without ever making the
+    /// writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running
+    /// agent reads it with `sources: [{type: spool, path: DIR}]`.
+    Pipe(PipeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct PipeArgs {
+    /// The spool directory (created when missing).
+    #[arg(long)]
+    spool_dir: PathBuf,
+    /// A name for this writer; events carry `source_address: pipe:NAME`.
+    #[arg(long)]
+    name: Option<String>,
+    /// Spool size cap; beyond it new lines are dropped and counted.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    max_bytes: u64,
+    /// Longest time written data waits for fsync, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    sync_interval_ms: u64,
+    /// Lines longer than this are cut into pieces.
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    max_line_bytes: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -154,6 +178,22 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Cmd::Pipe(a) => {
+            let opts = petrel::pipe::PipeOptions {
+                spool_dir: a.spool_dir,
+                name: a.name,
+                max_bytes: a.max_bytes,
+                sync_interval: Duration::from_millis(a.sync_interval_ms),
+                max_line_bytes: (a.max_line_bytes as usize).max(64),
+            };
+            match petrel::pipe::run(&opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("petrel pipe: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::Gen(a) => {
             let Some(format) = gen::DataSet::from_name(&a.format) else {
                 eprintln!("unknown format {}", a.format);

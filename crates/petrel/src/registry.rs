@@ -10,6 +10,7 @@ use crate::{processors, sinks, sources};
 pub static SOURCES: &[&SourcePlugin] = &[
     &sources::file::PLUGIN,
     &sources::stdin::PLUGIN,
+    &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,
     &sources::spool::PLUGIN,

@@ -6,4 +6,5 @@ pub mod http;
 pub mod net;
 pub mod spool;
 pub mod stdin;
+pub mod syslog;
 pub mod tcp;

@@ -1,0 +1,474 @@
+//! `type: syslog` — syslog over TCP (optionally TLS), UDP or Unix sockets.
+//!
+//! ```yaml
+//! sources:
+//!   - type: syslog
+//!     mode: tcp                  # tcp | udp | unix_stream | unix_datagram
+//!     address: 127.0.0.1:5140    # or a socket path for the unix modes
+//!     format: auto               # auto | rfc5424 | rfc3164 | raw
+//!     framing: auto              # stream modes: auto | octet_counting | newline
+//!     max_message_bytes: 65536   # longer: cut and counted (discarded reason=too_long)
+//!     timezone: local            # RFC 3164 times without a zone
+//!     receive_buffer_bytes: 8MiB # udp / unix_datagram: SO_RCVBUF
+//! ```
+//! Events carry `message`, `hostname`, `app_name`, `proc_id`, `msg_id`,
+//! `facility` and `severity` (numbers), the event time, structured data as
+//! `sd.<id>.<param>` and `source_address`. A frame that does not parse is
+//! kept whole as `message` and counted (`error_type="parse_failed"`).
+//!
+//! Framing on streams (RFC 6587): with `auto`, a frame starting with a
+//! digit is octet-counted (`LEN SP MSG`), anything else ends at a newline;
+//! a length that is not a number is counted (`error_type="bad_frame"`) and
+//! reading resumes after the next newline.
+
+pub mod parse;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use petrel_core::config::Map;
+use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+use petrel_core::{Event, EventBatch, Key, Span, Value};
+use petrel_time::TimeZone;
+use prometheus_client::metrics::counter::Counter;
+
+use super::net::dgram::{self, DgramCounters, DgramSpec};
+use super::net::stream::{self, Splitter, StreamCounters, StreamSpec};
+use super::net::tls::TlsOptions;
+use super::net::{
+    intake, parse_address, Block, BufferOptions, ConnLimits, Decode, ListenAddr, NetRuntime,
+    Receiver, RunningNet,
+};
+use super::tcp::{parse_max_message, parse_socket_mode};
+use parse::{Format, Message};
+
+/// Keys accepted by the syslog source.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "mode",
+    "address",
+    "format",
+    "framing",
+    "max_message_bytes",
+    "timezone",
+    "max_connections",
+    "idle_timeout_secs",
+    "socket_mode",
+    "receive_buffer_bytes",
+    "tls",
+    "buffer",
+];
+
+/// Registration of `type: syslog`.
+pub const PLUGIN: SourcePlugin = SourcePlugin {
+    type_name: "syslog",
+    keys: KEYS,
+    parse: |m| SyslogSourceConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+/// Transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// TCP (RFC 6587), optionally TLS.
+    Tcp,
+    /// UDP, one message per datagram.
+    Udp,
+    /// Unix stream socket (framed like TCP).
+    UnixStream,
+    /// Unix datagram socket (`/dev/log` style).
+    UnixDatagram,
+}
+
+/// Stream framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Per frame: octet-counted if it starts with a digit, else newline.
+    Auto,
+    /// `LEN SP MSG` only.
+    OctetCounting,
+    /// Newline-ended only.
+    Newline,
+}
+
+/// Configuration of the syslog source.
+#[derive(Debug, Clone)]
+pub struct SyslogSourceConfig {
+    mode: Mode,
+    address: ListenAddr,
+    format: Format,
+    framing: Framing,
+    max_message_bytes: usize,
+    timezone: TimeZone,
+    limits: ConnLimits,
+    socket_mode: u32,
+    receive_buffer_bytes: Option<usize>,
+    tls: Option<TlsOptions>,
+    buffer: BufferOptions,
+}
+
+impl SyslogSourceConfig {
+    /// Reads the source's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let mode = match map.choice("mode", &["tcp", "udp", "unix_stream", "unix_datagram"]) {
+            Some("udp") => Some(Mode::Udp),
+            Some("unix_stream") => Some(Mode::UnixStream),
+            Some("unix_datagram") => Some(Mode::UnixDatagram),
+            Some(_) => Some(Mode::Tcp),
+            None if map.get("mode").is_some() => None,
+            None => Some(Mode::Tcp),
+        };
+        let unix = matches!(mode, Some(Mode::UnixStream | Mode::UnixDatagram));
+        let address = parse_address(
+            &map,
+            unix,
+            if unix {
+                "/run/petrel/syslog.sock"
+            } else {
+                "127.0.0.1:5140"
+            },
+        );
+        let format = match map.choice("format", &["auto", "rfc5424", "rfc3164", "raw"]) {
+            Some("rfc5424") => Some(Format::Rfc5424),
+            Some("rfc3164") => Some(Format::Rfc3164),
+            Some("raw") => Some(Format::Raw),
+            Some(_) => Some(Format::Auto),
+            None if map.get("format").is_some() => None,
+            None => Some(Format::Auto),
+        };
+        let framing = match map.choice("framing", &["auto", "octet_counting", "newline"]) {
+            Some("octet_counting") => Some(Framing::OctetCounting),
+            Some("newline") => Some(Framing::Newline),
+            Some(_) => Some(Framing::Auto),
+            None if map.get("framing").is_some() => None,
+            None => Some(Framing::Auto),
+        };
+        let timezone = match map.get("timezone") {
+            None => TimeZone::from_name("local").ok().or(Some(TimeZone::Utc)),
+            Some(n) => n.as_str().and_then(|s| match TimeZone::from_name(s) {
+                Ok(tz) => Some(tz),
+                Err(e) => {
+                    n.error(e);
+                    None
+                }
+            }),
+        };
+        let max_message_bytes = parse_max_message(&map, 65536);
+        let socket_mode = parse_socket_mode(&map);
+        let tls = TlsOptions::parse(&map);
+        let buffer = BufferOptions::parse(&map);
+        let receive_buffer_bytes = map.u64("receive_buffer_bytes", true).map(|v| v as usize);
+        let mode = mode?;
+        if matches!(tls, Ok(Some(_))) && mode != Mode::Tcp {
+            if let Some(n) = map.get("tls") {
+                n.error("`tls` applies to `mode: tcp` only");
+            }
+            return None;
+        }
+        if receive_buffer_bytes.is_some() && !matches!(mode, Mode::Udp | Mode::UnixDatagram) {
+            if let Some(n) = map.get("receive_buffer_bytes") {
+                n.error("`receive_buffer_bytes` applies to `mode: udp` and `unix_datagram`");
+            }
+            return None;
+        }
+        Some(Self {
+            mode,
+            address: address?,
+            format: format?,
+            framing: framing?,
+            max_message_bytes: max_message_bytes?,
+            timezone: timezone?,
+            limits: ConnLimits::parse(&map),
+            socket_mode: socket_mode?,
+            receive_buffer_bytes,
+            tls: tls.ok()?,
+            buffer: buffer?,
+        })
+    }
+}
+
+impl petrel_core::plugin::SourceConfig for SyslogSourceConfig {
+    fn type_name(&self) -> &'static str {
+        "syslog"
+    }
+
+    fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        let decode = Arc::new(SyslogDecode {
+            format: self.format,
+            tz: self.timezone.clone(),
+            parse_failed: ctx.metrics.error_counter("parse_failed"),
+        });
+        let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "syslog")?;
+        let too_long = ctx.metrics.discarded_counter("too_long");
+        let started = (|| -> anyhow::Result<(Receiver, Option<Arc<NetRuntime>>)> {
+            Ok(match self.mode {
+                Mode::Tcp | Mode::UnixStream => {
+                    let rt = NetRuntime::get(&ctx)?;
+                    let (framing, max) = (self.framing, self.max_message_bytes);
+                    let bad_frame = ctx.metrics.error_counter("bad_frame");
+                    let spec = StreamSpec {
+                        addr: self.address.clone(),
+                        limits: self.limits,
+                        tls: self.tls.as_ref().map(|t| t.server_config()).transpose()?,
+                        socket_mode: self.socket_mode,
+                        splitter: Arc::new(move || {
+                            Box::new(SyslogSplitter::new(
+                                framing,
+                                max,
+                                too_long.clone(),
+                                bad_frame.clone(),
+                            ))
+                        }),
+                        counters: StreamCounters::new(&ctx),
+                    };
+                    let l = stream::listen(rt.handle(), spec, intake)?;
+                    (Receiver::Stream(l), Some(rt))
+                }
+                Mode::Udp | Mode::UnixDatagram => {
+                    let spec = DgramSpec {
+                        addr: self.address.clone(),
+                        receive_buffer_bytes: self.receive_buffer_bytes,
+                        max_message_bytes: self.max_message_bytes,
+                        socket_mode: self.socket_mode,
+                        counters: DgramCounters {
+                            kernel_dropped: ctx.metrics.error_counter("kernel_dropped"),
+                            too_long,
+                            read_errors: ctx.metrics.error_counter("read_failed"),
+                        },
+                    };
+                    (Receiver::Dgram(dgram::listen(spec, intake)?), None)
+                }
+            })
+        })();
+        let (receiver, rt) = match started {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = runner.wait_stopped(std::time::Instant::now());
+                return Err(e);
+            }
+        };
+        tracing::info!(source = %ctx.key, mode = ?self.mode, address = %self.address, "listening (syslog)");
+        Ok(Box::new(RunningNet::new(vec![receiver], runner, rt)))
+    }
+}
+
+/// Syslog frames to events.
+struct SyslogDecode {
+    format: Format,
+    tz: TimeZone,
+    parse_failed: Counter,
+}
+
+fn span_of(base: u32, r: &std::ops::Range<usize>) -> Value {
+    Value::Span(Span::new(base as usize + r.start, r.len()))
+}
+
+impl Decode for SyslogDecode {
+    fn decode(&self, block: &Block, batch: &mut EventBatch) {
+        let mut m = Message::default();
+        for s in &block.frames {
+            let frame = s.get(&block.buf);
+            if parse::parse(frame, self.format, &self.tz, &mut m).is_err() {
+                self.parse_failed.inc();
+                batch.events.push(Event::from_span(*s));
+                continue;
+            }
+            let mut fields: Vec<(Key, Value)> = Vec::with_capacity(6 + m.sd.len());
+            let named = [
+                ("hostname", &m.hostname),
+                ("app_name", &m.app_name),
+                ("proc_id", &m.proc_id),
+                ("msg_id", &m.msg_id),
+            ];
+            for (k, r) in named {
+                if let Some(r) = r {
+                    fields.push((Key::Borrowed(k), span_of(s.start, r)));
+                }
+            }
+            if let (Some(f), Some(sev)) = (m.facility, m.severity) {
+                fields.push((Key::Borrowed("facility"), Value::Int(i64::from(f))));
+                fields.push((Key::Borrowed("severity"), Value::Int(i64::from(sev))));
+            }
+            for p in &m.sd {
+                let (id, name) = (&frame[p.id.clone()], &frame[p.name.clone()]);
+                let key = format!(
+                    "sd.{}.{}",
+                    String::from_utf8_lossy(id),
+                    String::from_utf8_lossy(name)
+                );
+                let value = if p.escaped {
+                    let v = parse::unescape(&frame[p.value.clone()]);
+                    match String::from_utf8(v) {
+                        Ok(t) => Value::Str(t.into()),
+                        Err(e) => Value::Bytes(e.into_bytes().into()),
+                    }
+                } else {
+                    span_of(s.start, &p.value)
+                };
+                fields.push((Cow::Owned(key), value));
+            }
+            batch.events.push(Event {
+                message: span_of(s.start, &m.message),
+                fields,
+                time_ns: m.timestamp_ns,
+            });
+        }
+    }
+}
+
+/// RFC 6587 framing for stream transports.
+pub struct SyslogSplitter {
+    framing: Framing,
+    max: usize,
+    /// Bytes of an over-long octet-counted frame still to skip.
+    skip: usize,
+    /// Skipping to the next newline (an over-long line, or garbage).
+    to_newline: bool,
+    too_long: Counter,
+    bad_frame: Counter,
+}
+
+impl SyslogSplitter {
+    /// A splitter for one connection.
+    pub fn new(framing: Framing, max: usize, too_long: Counter, bad_frame: Counter) -> Self {
+        Self {
+            framing,
+            max,
+            skip: 0,
+            to_newline: false,
+            too_long,
+            bad_frame,
+        }
+    }
+
+    /// A newline frame `start..end` (the newline excluded).
+    fn line(&mut self, out: &mut Vec<Span>, start: usize, mut end: usize, buf: &[u8]) {
+        while end > start && matches!(buf[end - 1], b'\r' | 0) {
+            end -= 1;
+        }
+        if end - start > self.max {
+            self.too_long.inc();
+            end = start + self.max;
+        }
+        if end > start {
+            out.push(Span::new(start, end - start));
+        }
+    }
+}
+
+/// The longest octet count accepted ("4294967295" has ten digits).
+const MAX_COUNT_DIGITS: usize = 10;
+
+impl Splitter for SyslogSplitter {
+    fn split(&mut self, buf: &[u8], eof: bool, out: &mut Vec<Span>) -> usize {
+        let len = buf.len();
+        let mut p = 0;
+        loop {
+            if self.skip > 0 {
+                let k = self.skip.min(len - p);
+                p += k;
+                self.skip -= k;
+                if self.skip > 0 {
+                    return p;
+                }
+            }
+            if self.to_newline {
+                match memchr::memchr(b'\n', &buf[p..]) {
+                    Some(i) => {
+                        p += i + 1;
+                        self.to_newline = false;
+                    }
+                    None => return len,
+                }
+            }
+            if p >= len {
+                return p;
+            }
+            let octet = match self.framing {
+                Framing::OctetCounting => true,
+                Framing::Newline => false,
+                Framing::Auto => buf[p].is_ascii_digit(),
+            };
+            if octet {
+                let digits = buf[p..]
+                    .iter()
+                    .take(MAX_COUNT_DIGITS + 1)
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
+                let after = p + digits;
+                if after >= len && digits <= MAX_COUNT_DIGITS && !eof {
+                    return p; // the count is not complete yet
+                }
+                let n: u64 = std::str::from_utf8(&buf[p..after])
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0);
+                if digits == 0
+                    || digits > MAX_COUNT_DIGITS
+                    || n == 0
+                    || buf.get(after) != Some(&b' ')
+                {
+                    // Not a frame: resynchronise at the next newline.
+                    self.bad_frame.inc();
+                    self.to_newline = true;
+                    continue;
+                }
+                let start = after + 1;
+                let n = n as usize;
+                let have = len - start;
+                if n > self.max {
+                    if have >= self.max || eof {
+                        self.too_long.inc();
+                        let keep = have.min(self.max);
+                        out.push(Span::new(start, keep));
+                        self.skip = n - keep;
+                        p = start + keep;
+                        continue;
+                    }
+                    return p;
+                }
+                if have >= n {
+                    let mut end = start + n;
+                    // A frame's own trailing newline is not message.
+                    while end > start && matches!(buf[end - 1], b'\n' | b'\r' | 0) {
+                        end -= 1;
+                    }
+                    if end > start {
+                        out.push(Span::new(start, end - start));
+                    }
+                    p = start + n;
+                    continue;
+                }
+                if eof {
+                    if have > 0 {
+                        out.push(Span::new(start, have));
+                    }
+                    return len;
+                }
+                return p;
+            }
+            match memchr::memchr(b'\n', &buf[p..]) {
+                Some(i) => {
+                    self.line(out, p, p + i, buf);
+                    p += i + 1;
+                }
+                None => {
+                    if len - p > self.max {
+                        self.too_long.inc();
+                        out.push(Span::new(p, self.max));
+                        self.to_newline = true;
+                        return len;
+                    }
+                    if eof {
+                        self.line(out, p, len, buf);
+                        return len;
+                    }
+                    return p;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

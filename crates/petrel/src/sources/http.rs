@@ -110,8 +110,15 @@ impl HttpSourceConfig {
             None => None,
             Some(n) => match n.as_map(&["bearer_token"]) {
                 Some(m) => match m.required("bearer_token", "\"${PETREL_HTTP_TOKEN}\"") {
-                    Some(t) => match t.as_str() {
-                        Some(s) if !s.is_empty() => Some(s.to_string()),
+                    Some(t) => match t.as_str().map(|s| {
+                        petrel_core::config::expand_env(s, |name| std::env::var(name).ok())
+                    }) {
+                        Some(Err(e)) => {
+                            t.error(e);
+                            token_ok = false;
+                            None
+                        }
+                        Some(Ok(s)) if !s.is_empty() => Some(s.into_owned()),
                         Some(_) => {
                             t.error("`bearer_token` is empty (an unset environment variable?); set it or remove `auth`");
                             token_ok = false;
@@ -146,7 +153,7 @@ impl HttpSourceConfig {
             path: path?,
             max_body_bytes: max_body_bytes.max(1024),
             limits: ConnLimits::parse(&map),
-            tls: tls.ok()?,
+            tls: tls?,
             bearer_token,
             buffer: buffer?,
         })

@@ -97,7 +97,7 @@ impl TcpSourceConfig {
         let socket_mode = parse_socket_mode(&map);
         let tls = TlsOptions::parse(&map);
         let buffer = BufferOptions::parse(&map);
-        if unix && matches!(tls, Ok(Some(_))) {
+        if unix && matches!(tls, Some(Some(_))) {
             if let Some(n) = map.get("tls") {
                 n.error("`tls` applies to TCP addresses, not to a Unix socket");
             }
@@ -108,7 +108,7 @@ impl TcpSourceConfig {
             max_message_bytes: max_message_bytes?,
             limits: ConnLimits::parse(&map),
             socket_mode: socket_mode?,
-            tls: tls.ok()?,
+            tls: tls?,
             buffer: buffer?,
         })
     }

@@ -262,7 +262,7 @@ fn start_with(
             let rh = std::thread::Builder::new()
                 .name(format!("petrel-spool-{source_type}"))
                 .spawn(move || r.run())?;
-            let waiters: Arc<Mutex<Vec<(u64, oneshot::Sender<Admission>)>>> = Arc::default();
+            let waiters: Waiters = Arc::default();
             let w2 = waiters.clone();
             writer.on_durable(move |durable| {
                 let mut w = w2.lock();
@@ -631,10 +631,13 @@ impl MemoryDispatcher {
 // ---------------------------------------------------------------------------
 // Disk buffer
 
+/// HTTP requests waiting for their record to be durable, by ticket.
+type Waiters = Arc<Mutex<Vec<(u64, oneshot::Sender<Admission>)>>>;
+
 struct DiskDispatcher {
     rx: mpsc::Receiver<Submission>,
     writer: Arc<SharedWriter>,
-    waiters: Arc<Mutex<Vec<(u64, oneshot::Sender<Admission>)>>>,
+    waiters: Waiters,
     reader_thread: Thread,
     when_full: WhenFull,
     flags: Arc<Flags>,

@@ -25,18 +25,18 @@ pub struct TlsOptions {
 }
 
 impl TlsOptions {
-    /// Reads `tls:` of `map`; `Ok(None)` when absent, `Err` when invalid
-    /// (reported).
-    pub fn parse(map: &Map<'_>) -> Result<Option<Self>, ()> {
+    /// Reads `tls:` of `map`: `Some(None)` when absent, `None` when
+    /// invalid (reported).
+    pub fn parse(map: &Map<'_>) -> Option<Option<Self>> {
         let Some(node) = map.get("tls") else {
-            return Ok(None);
+            return Some(None);
         };
-        let m = node.as_map(TLS_KEYS).ok_or(())?;
+        let m = node.as_map(TLS_KEYS)?;
         let cert = m.required("cert_file", "/etc/petrel/tls/server.crt");
         let key = m.required("key_file", "/etc/petrel/tls/server.key");
         let (Some(cert), Some(key)) = (cert.and_then(|n| n.as_str()), key.and_then(|n| n.as_str()))
         else {
-            return Err(());
+            return None;
         };
         let opts = Self {
             cert_file: cert.into(),
@@ -46,9 +46,9 @@ impl TlsOptions {
         // Loaded now so a wrong path or file fails `validate`, naming it.
         if let Err(e) = opts.server_config() {
             node.error(format!("{e:#}"));
-            return Err(());
+            return None;
         }
-        Ok(Some(opts))
+        Some(Some(opts))
     }
 
     /// The rustls server configuration.

@@ -159,7 +159,7 @@ impl SyslogSourceConfig {
         let buffer = BufferOptions::parse(&map);
         let receive_buffer_bytes = map.u64("receive_buffer_bytes", true).map(|v| v as usize);
         let mode = mode?;
-        if matches!(tls, Ok(Some(_))) && mode != Mode::Tcp {
+        if matches!(tls, Some(Some(_))) && mode != Mode::Tcp {
             if let Some(n) = map.get("tls") {
                 n.error("`tls` applies to `mode: tcp` only");
             }
@@ -181,7 +181,7 @@ impl SyslogSourceConfig {
             limits: ConnLimits::parse(&map),
             socket_mode: socket_mode?,
             receive_buffer_bytes,
-            tls: tls.ok()?,
+            tls: tls?,
             buffer: buffer?,
         })
     }

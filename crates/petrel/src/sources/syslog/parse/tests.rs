@@ -118,7 +118,6 @@ fn rfc5424_samples() {
                 ("x@1", "e", ""),
             ],
             msg: "tail",
-            ..NONE
         },
     );
     check(

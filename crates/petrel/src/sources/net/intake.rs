@@ -41,6 +41,9 @@ struct Submission {
 /// stop reading.
 const QUEUE_BLOCKS: usize = 16;
 
+/// Queued blocks of one stream are joined up to this size.
+const COALESCE_BYTES: usize = 256 << 10;
+
 /// Bytes the spool reader reads at a time.
 const CHUNK_BYTES: usize = 1 << 20;
 
@@ -224,6 +227,7 @@ fn start_with(
             let delivery = Delivery::new(delivery_parts, acks.clone());
             let mut d = MemoryDispatcher {
                 rx,
+                pending: None,
                 delivery,
                 budget: ctx.budget.clone(),
                 when_full: buffer.when_full,
@@ -402,21 +406,29 @@ impl Acks {
 impl AckReceiver for Acks {
     fn complete(&self, seq: u64, delivered: bool) {
         let mut r = self.retained.lock();
+        // The owner is woken only when it has something to do (commit a
+        // range, resend): a wake-up per delivered batch costs more than
+        // the batch at high message rates.
+        let mut wake = false;
         if delivered {
             if let Some(b) = r.remove(&seq) {
                 drop(r);
                 if let Some(c) = b.chunk {
                     if c.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                         self.done.lock().push((c.segment, c.start, c.end));
+                        wake = true;
                     }
                 }
             }
         } else if let Some(b) = r.get_mut(&seq) {
             b.backoff = (b.backoff * 2).clamp(MIN_RETRY, MAX_RETRY);
             b.retry_at = Some(Instant::now() + b.backoff);
+            wake = true;
         }
-        if let Some(t) = &*self.owner.lock() {
-            t.unpark();
+        if wake {
+            if let Some(t) = &*self.owner.lock() {
+                t.unpark();
+            }
         }
     }
 }
@@ -553,6 +565,8 @@ impl Delivery {
 
 struct MemoryDispatcher {
     rx: mpsc::Receiver<Submission>,
+    /// Taken from the queue while coalescing, admitted next.
+    pending: Option<Submission>,
     delivery: Delivery,
     budget: Arc<PipelineBudget>,
     when_full: WhenFull,
@@ -568,8 +582,15 @@ impl MemoryDispatcher {
                 return;
             }
             self.delivery.resend_due();
+            if let Some(sub) = self.pending.take() {
+                self.admit(sub);
+                continue;
+            }
             match self.rx.try_recv() {
-                Ok(sub) => self.admit(sub),
+                Ok(sub) => {
+                    let sub = self.coalesce(sub);
+                    self.admit(sub)
+                }
                 Err(_) => {
                     if self.flags.stop_input.load(Ordering::SeqCst) {
                         self.rx.close();
@@ -583,6 +604,68 @@ impl MemoryDispatcher {
                     std::thread::park_timeout(Duration::from_millis(20));
                 }
             }
+        }
+    }
+
+    /// Joins the blocks already queued behind `first` from the same
+    /// stream into one (one copy), so that small socket reads at high
+    /// rates travel as one batch: the cost per batch (queues, wake-ups,
+    /// a write and an acknowledgement per sink) dominates otherwise.
+    fn coalesce(&mut self, first: Submission) -> Submission {
+        if first.reply.is_some() || first.block.buf.len() >= COALESCE_BYTES {
+            return first;
+        }
+        let mut parts = vec![first.block];
+        let mut total = parts[0].buf.len();
+        let mut next = None;
+        while total < COALESCE_BYTES {
+            match self.rx.try_recv() {
+                Ok(s)
+                    if s.reply.is_none()
+                        && s.block.peer == parts[0].peer
+                        && s.block.json == parts[0].json =>
+                {
+                    total += s.block.buf.len();
+                    parts.push(s.block);
+                }
+                Ok(s) => {
+                    next = Some(s);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if let Some(s) = next {
+            // A different stream: admitted right after.
+            self.pending = Some(s);
+        }
+        if parts.len() == 1 {
+            return Submission {
+                block: parts.remove(0),
+                reply: None,
+            };
+        }
+        let mut buf = bytes::BytesMut::with_capacity(total);
+        let mut frames = Vec::new();
+        for p in &parts {
+            let base = buf.len();
+            frames.extend(
+                p.frames
+                    .iter()
+                    .map(|s| petrel_core::Span::new(base + s.start as usize, s.len as usize)),
+            );
+            buf.extend_from_slice(&p.buf);
+        }
+        let head = &parts[0];
+        Submission {
+            block: Block {
+                buf: buf.freeze(),
+                frames,
+                peer: head.peer.clone(),
+                received_ns: head.received_ns,
+                json: head.json,
+            },
+            reply: None,
         }
     }
 

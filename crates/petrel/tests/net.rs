@@ -735,6 +735,7 @@ fn tls_syslog_is_received_and_plaintext_on_the_tls_port_is_counted() {
         .unwrap();
     wait_lines(&out, 1);
     let _ = child.kill();
+    let _ = child.wait();
     let ev = json_lines(&out);
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0]["message"], "over tls");

@@ -194,8 +194,10 @@ impl Reader {
             // before the writer let go are not mistaken for missing.
             if seg.end.is_none() && unlocked(&seg.file)? {
                 let len = seg.file.metadata()?.len();
-                if len == seg.read_off {
-                    seg.end = Some(len);
+                // Shorter than committed: the system crashed before the
+                // segment's tail reached the disk, after it was delivered.
+                if len <= seg.read_off {
+                    seg.end = Some(seg.read_off);
                     return Ok(None);
                 }
                 return self.read_segment(seq, max_bytes);
@@ -234,11 +236,11 @@ impl Reader {
                     // the segment, the rest is a torn or damaged tail.
                     if seg.end.is_none() && unlocked(&seg.file)? {
                         let len = seg.file.metadata()?.len();
-                        if len != seg.read_off + avail {
+                        if len > seg.read_off + avail {
                             // It grew before the writer let go: read again.
                             return self.read_segment(seq, max_bytes);
                         }
-                        self.corrupt_bytes += len - seg.read_off;
+                        self.corrupt_bytes += len.saturating_sub(seg.read_off);
                         seg.end = Some(seg.read_off);
                     }
                     return Ok(None);

@@ -264,3 +264,25 @@ fn a_record_larger_than_the_read_size_is_read_whole() {
     let mut r = Reader::open(dir.path()).unwrap();
     assert_eq!(drain(&mut r, false), vec![big, b"small".to_vec()]);
 }
+
+#[test]
+fn a_segment_shorter_than_its_committed_offset_is_finished_not_read_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+        w.append(b"only").unwrap();
+    }
+    let (seq, len) = list_segments(dir.path()).unwrap()[0];
+    // The state says more was committed than the file holds (its tail
+    // was lost by a system crash after delivery).
+    std::fs::write(
+        dir.path().join("reader.state"),
+        format!("{seq:016x} {}\n", len + 100),
+    )
+    .unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert!(drain(&mut r, true).is_empty());
+    r.maintain(true).unwrap();
+    assert!(list_segments(dir.path()).unwrap().is_empty());
+    assert_eq!(r.corrupt_bytes(), 0);
+}

@@ -44,6 +44,8 @@
 //! newline ("non-transparent") framing, or picks per frame (see
 //! [`Framing::Auto`]).
 
+#![warn(missing_docs)]
+
 mod framer;
 mod rfc3164;
 mod rfc5424;

@@ -363,6 +363,34 @@ fn rows() -> Vec<Row> {
             A,
             Ok("3164 pri=1/5 ts=- host=- app=- pid=- mid=- sd=- msg=1"),
         ),
+        // Cisco ASA with an IP address as hostname, and without a header.
+        (
+            b"<190>Jun 14 10:00:00 10.0.0.1 %ASA-6-302013: Built outbound TCP connection",
+            A,
+            Ok("3164 pri=23/6 ts=2025-06-14T10:00:00.000000000Z host=10.0.0.1 app=- pid=- mid=- sd=- msg=%ASA-6-302013: Built outbound TCP connection"),
+        ),
+        (
+            b"<166>%ASA-6-302013: Built",
+            A,
+            Ok("3164 pri=20/6 ts=- host=- app=- pid=- mid=- sd=- msg=%ASA-6-302013: Built"),
+        ),
+        // FortiGate key=value: no header at all.
+        (
+            b"<189>date=2024-03-01 time=12:00:00 devname=fw1 type=traffic",
+            A,
+            Ok("3164 pri=23/5 ts=- host=- app=- pid=- mid=- sd=- msg=date=2024-03-01 time=12:00:00 devname=fw1 type=traffic"),
+        ),
+        // sudo's padded message; a tag with pid but no colon.
+        (
+            b"<86>Jun 14 10:00:00 host sudo:   alice : TTY=pts/0",
+            A,
+            Ok("3164 pri=10/6 ts=2025-06-14T10:00:00.000000000Z host=host app=sudo pid=- mid=- sd=- msg=  alice : TTY=pts/0"),
+        ),
+        (
+            b"<13>Jun 14 10:00:00 host app[12] <Notice>: msg",
+            A,
+            Ok("3164 pri=1/5 ts=2025-06-14T10:00:00.000000000Z host=host app=app pid=12 mid=- sd=- msg=<Notice>: msg"),
+        ),
         // Bad PRI and empty frames.
         (b"<13 hello", A, Err(BadPri)),
         (b"<192>Oct 11 22:14:15 h a: x", A, Err(BadPri)),

@@ -237,6 +237,16 @@ fn now_secs() -> i64 {
 /// Converts parts to nanoseconds since the epoch, validating every range.
 /// `now` is called only when the year must be inferred.
 fn to_ns(p: &Parts, tz: &TimeZone, now: impl FnOnce() -> i64) -> Option<i64> {
+    to_ns_slack(p, tz, now, FUTURE_SLACK)
+}
+
+/// [`to_ns`] with the future slack of year inference given (seconds).
+fn to_ns_slack(
+    p: &Parts,
+    tz: &TimeZone,
+    now: impl FnOnce() -> i64,
+    future_slack: i64,
+) -> Option<i64> {
     if let Some(e) = p.epoch {
         let frac = i64::from(p.civil.nanos);
         let frac = if p.negative { -frac } else { frac };
@@ -263,14 +273,14 @@ fn to_ns(p: &Parts, tz: &TimeZone, now: impl FnOnce() -> i64) -> Option<i64> {
     let this = civil_to_ns(&mut c.clone(), p.yday, p.offset, tz);
     let this_secs = this.map(|ns| ns.div_euclid(NS));
     match this_secs {
-        Some(s) if s > now + FUTURE_SLACK => {
+        Some(s) if s > now + future_slack => {
             c.year = year - 1;
             civil_to_ns(&mut c, p.yday, p.offset, tz)
         }
-        Some(s) if s < now + FUTURE_SLACK - 365 * DAY => {
+        Some(s) if s < now + future_slack - 365 * DAY => {
             c.year = year + 1;
             match civil_to_ns(&mut c.clone(), p.yday, p.offset, tz) {
-                Some(ns) if ns.div_euclid(NS) <= now + FUTURE_SLACK => Some(ns),
+                Some(ns) if ns.div_euclid(NS) <= now + future_slack => Some(ns),
                 _ => this,
             }
         }
@@ -663,6 +673,70 @@ pub fn parse_any_prefix_in(line: &[u8], tz: &TimeZone) -> Option<(i64, usize)> {
         return None;
     }
     Some((to_ns(&p, tz, now_secs)?, end))
+}
+
+/// Parses an RFC 3164 (BSD syslog) timestamp at the start of `line`:
+/// `Mmm dd hh:mm:ss[.frac]` (day space-padded or not), or
+/// `Mmm dd yyyy hh:mm:ss[.frac]` as some network devices write it (Cisco's
+/// `service timestamps log datetime year`). Times are read in `tz`.
+///
+/// A missing year is inferred relative to `now_secs` (seconds since the
+/// epoch) as in the module documentation, but with the caller's
+/// `future_slack_secs` instead of 7 days: a syslog receiver knows the
+/// message was just sent, so it can use a tight bound (a day) where a file
+/// reader cannot. Explicit `now` keeps the result reproducible in tests.
+///
+/// Returns nanoseconds since the epoch and the bytes consumed; `None` when
+/// the prefix is not such a timestamp, has invalid ranges, or is followed
+/// directly by a digit.
+pub fn parse_syslog_prefix_at(
+    line: &[u8],
+    tz: &TimeZone,
+    now_secs: i64,
+    future_slack_secs: i64,
+) -> Option<(i64, usize)> {
+    let (p, end) = match scan_syslog(line, 0) {
+        Some(r) => r,
+        None => scan_syslog_year(line)?,
+    };
+    if !plausible(&p) || !at_boundary(line, end) {
+        return None;
+    }
+    Some((to_ns_slack(&p, tz, || now_secs, future_slack_secs)?, end))
+}
+
+/// `Mmm dd yyyy hh:mm:ss[.frac]` (day space-padded or not).
+fn scan_syslog_year(b: &[u8]) -> Option<(Parts, usize)> {
+    let month = month_abbr(b, 0)?;
+    if b.get(3) != Some(&b' ') {
+        return None;
+    }
+    let mut j = 4;
+    if b.get(j) == Some(&b' ') {
+        j += 1;
+    }
+    let (day, k) = digits_upto(b, j, 2)?;
+    if b.get(k) != Some(&b' ') || b.get(k + 5) != Some(&b' ') {
+        return None;
+    }
+    let year = d4(b, k + 1)?;
+    let (hour, minute, second, nanos, end) = hms_frac(b, k + 6)?;
+    let civil = Civil {
+        year: i64::from(year),
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        nanos,
+    };
+    Some((
+        Parts {
+            civil,
+            ..Parts::default()
+        },
+        end,
+    ))
 }
 
 // ---------------------------------------------------------------------------
@@ -1619,6 +1693,45 @@ mod tests {
             Some("2028-02-29T10:00:00.000000000Z")
         );
         assert_eq!(at("Feb 30 10:00:00", y2029), None);
+    }
+
+    #[test]
+    fn syslog_prefix_with_explicit_now_and_slack() {
+        let day = 86_400;
+        let at = |s: &str, now: i64| {
+            parse_syslog_prefix_at(s.as_bytes(), &TimeZone::Utc, now, day)
+                .map(|(ns, n)| (rfc(ns), n))
+        };
+        let jan1 = days_from_civil(2025, 1, 1) * DAY;
+        assert_eq!(
+            at("Dec 31 23:59:59 host", jan1),
+            Some(("2024-12-31T23:59:59.000000000Z".into(), 15))
+        );
+        let dec31 = days_from_civil(2024, 12, 31) * DAY + 12 * 3600;
+        // Within a day ahead: next year; more than a day ahead: this year.
+        assert_eq!(
+            at("Jan  1 06:00:00", dec31).map(|x| x.0).as_deref(),
+            Some("2025-01-01T06:00:00.000000000Z")
+        );
+        assert_eq!(
+            at("Jan  2 12:00:01", dec31).map(|x| x.0).as_deref(),
+            Some("2024-01-02T12:00:01.000000000Z")
+        );
+        // An explicit year and a fraction.
+        assert_eq!(
+            at("Mar  1 2023 18:46:11.123: x", jan1),
+            Some(("2023-03-01T18:46:11.123000000Z".into(), 24))
+        );
+        assert_eq!(
+            parse_syslog_prefix_at(b"Mar  1 18:46:11", &TimeZone::Fixed(3600), jan1, day)
+                .map(|x| rfc(x.0))
+                .as_deref(),
+            Some("2024-03-01T17:46:11.000000000Z")
+        );
+        assert_eq!(at("Mar 1 2023", jan1), None);
+        assert_eq!(at("Mar 32 10:00:00", jan1), None);
+        assert_eq!(at("Mar 1 10:00:001", jan1), None);
+        assert_eq!(at("", jan1), None);
     }
 
     #[test]

@@ -61,6 +61,10 @@
 #   BENCH_UDP_RATES    messages/s for UDP (default "50000 100000 200000")
 #   BENCH_UDP_SIZE     UDP message size (default 140)
 #   BENCH_FRAMING      octet (default) or newline, for TCP
+#   BENCH_UDP_RCVBUF   UDP socket receive buffer in bytes for every receiver
+#                      (rsyslog rcvbufSize, syslog-ng so-rcvbuf, Petrel
+#                      receive_buffer_bytes). Default: none set, so all
+#                      three keep the kernel's net.core.rmem_default
 #   BENCH_QUIET        seconds without growth that mean drained (default 2)
 #   BENCH_DRAIN_TIMEOUT  longest wait for that after loggen ends (default 120)
 #   BENCH_QUIET_WAIT   before each run, wait up to this many seconds for the
@@ -88,6 +92,7 @@ BENCH_CONNECTIONS="${BENCH_CONNECTIONS:-1 4}"
 BENCH_UDP_RATES="${BENCH_UDP_RATES:-50000 100000 200000}"
 BENCH_UDP_SIZE="${BENCH_UDP_SIZE:-140}"
 BENCH_FRAMING="${BENCH_FRAMING:-octet}"
+BENCH_UDP_RCVBUF="${BENCH_UDP_RCVBUF:-}"
 BENCH_QUIET="${BENCH_QUIET:-2}"
 BENCH_DRAIN_TIMEOUT="${BENCH_DRAIN_TIMEOUT:-120}"
 BENCH_QUIET_WAIT="${BENCH_QUIET_WAIT:-30}"
@@ -208,7 +213,11 @@ busy_s() { awk -v t="$TICK" 'NR == 1 { print ($2 + $3 + $4 + $7 + $8 + $9) / t; 
 # Before each run: wait (at most BENCH_QUIET_WAIT s) for the machine to be idle.
 wait_quiet() {
     ((BENCH_QUIET_WAIT > 0)) || return 0
-    python3 "$ROOT/bench/petrel_bench.py" quiet --max-wait "$BENCH_QUIET_WAIT" >&2 || true
+    python3 "$ROOT/bench/petrel_bench.py" quiet --max-wait "$BENCH_QUIET_WAIT" >&2 &
+    local qp=$!
+    PIDS+=("$qp")
+    wait "$qp" || true
+    forget_pid "$qp"
 }
 
 hwm_kb() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; }
@@ -234,7 +243,7 @@ ruleset(name="bench") {
     action(type="omfile" file="$out" template="bench_msg")
 }
 input(type="imptcp" address="127.0.0.1" port="$port" ruleset="bench")
-input(type="imudp" address="127.0.0.1" port="$port" ruleset="bench")
+input(type="imudp" address="127.0.0.1" port="$port" ruleset="bench"${BENCH_UDP_RCVBUF:+ rcvbufSize="$BENCH_UDP_RCVBUF"})
 EOF
         if ! "$RSYSLOGD" -N1 -f "$wd/rsyslog.conf" "${RSYSLOG_ARGS[@]}" > "$wd/check.log" 2>&1; then
             echo "rsyslogd rejects its config: $(tr '\n' ' ' < "$wd/check.log")" > "$wd/skip"
@@ -254,7 +263,7 @@ EOF
 # bench/syslog.sh: a private syslog-ng (no system() or /dev/log source).
 source s_bench {
     $src
-    syslog(ip("127.0.0.1") port($port) transport("udp"));
+    syslog(ip("127.0.0.1") port($port) transport("udp")${BENCH_UDP_RCVBUF:+ so-rcvbuf($BENCH_UDP_RCVBUF)});
 };
 destination d_bench { file("$out" template("\${MSG}\n")); };
 log { source(s_bench); destination(d_bench); flags(flow-control); };
@@ -272,7 +281,9 @@ EOF
             return 1
         fi
         local mode=$5 buffer="" encoding=text
-        [[ "$name" != petrel-disk ]] || buffer="
+        [[ "$mode" != udp || -z "$BENCH_UDP_RCVBUF" ]] || buffer="
+    receive_buffer_bytes: $BENCH_UDP_RCVBUF"
+        [[ "$name" != petrel-disk ]] || buffer="$buffer
     buffer:
       type: disk"
         [[ "$name" != petrel-ndjson ]] || encoding=ndjson
@@ -314,8 +325,10 @@ EOF
 
 # ------------------------------------------------------------------ loggen
 
-# Runs loggen (bounded by timeout) and prints "SENT ELAPSED_S CPU_S": its
-# own count and time, and its CPU seconds (children times of the subshell).
+# Runs loggen (bounded by timeout) and sets SENT and GEN_S (its own count
+# and time) and GEN_CPU (its CPU seconds: the growth of this shell's
+# children times, which only loggen adds to meanwhile). In the background
+# with `wait`, so that a signal's trap runs at once.
 run_loggen() { # PORT PROTO SIZE CONNS RATE
     local port=$1 proto=$2 size=$3 conns=$4 rate=$5 args=(--inet --syslog-proto -Q)
     if [[ "$proto" == udp ]]; then
@@ -325,18 +338,24 @@ run_loggen() { # PORT PROTO SIZE CONNS RATE
         [[ "$BENCH_FRAMING" == octet ]] || args+=(--no-framing)
     fi
     args+=(--size "$size" --rate "$rate" --interval "$BENCH_SECONDS")
-    local log="$WORK/loggen.log" cpu
-    # `times` (not in a pipeline: a forked builtin would see no children)
-    # prints the subshell's children's user and system time on line 2.
-    (timeout -k 5 $((BENCH_SECONDS + 60)) "$LOGGEN" "${args[@]}" 127.0.0.1 "$port" > "$log" 2>&1 || true
-     times > "$WORK/loggen.times")
-    cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } print t }' "$WORK/loggen.times")
-    awk -v cpu="$cpu" '/average rate/ {
+    local log="$WORK/loggen.log" lp
+    # `times` prints this shell's children's user and system time on line
+    # 2 (into a file: in a pipeline or $(...) it would run in a fork).
+    times > "$WORK/times.0"
+    timeout -k 5 $((BENCH_SECONDS + 60)) "$LOGGEN" "${args[@]}" 127.0.0.1 "$port" > "$log" 2>&1 &
+    lp=$!
+    PIDS+=("$lp")
+    wait "$lp" || true
+    forget_pid "$lp"
+    times > "$WORK/times.1"
+    GEN_CPU=$(awk 'FNR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t[FILENAME] += a[1] * 60 + a[2] } }
+        END { printf "%.2f", t[ARGV[2]] - t[ARGV[1]] }' "$WORK/times.0" "$WORK/times.1")
+    read -r SENT GEN_S < <(awk '/average rate/ {
         for (i = 1; i <= NF; i++) {
             if ($i ~ /^count=/) { sub(/^count=/, "", $i); sub(/,$/, "", $i); n = $i }
             if ($i ~ /^time=/) { sub(/^time=/, "", $i); sub(/,$/, "", $i); t = $i }
         }
-    } END { if (n == "") { n = 0; t = 0 } print n, t, cpu }' "$log"
+    } END { if (n == "") { n = 0; t = 0 } print n, t }' "$log")
 }
 
 # ---------------------------------------------------------------- one run
@@ -359,12 +378,13 @@ run_case() { # RECEIVER CASE PROTO SIZE CONNS RATE
     fi
     sleep 0.5   # let it finish starting (threads, files)
     wait_quiet
-    local cpu0 t0 sent gen_s gen_cpu t_end busy0
+    local cpu0 t0 t_end busy0
     cpu0=$(cpu_ticks "$RPID")
     busy0=$(busy_s)
     t0=$(now)
-    read -r sent gen_s gen_cpu < <(run_loggen "$port" "$proto" "$size" "$conns" "$rate")
+    run_loggen "$port" "$proto" "$size" "$conns" "$rate"
     t_end=$(now)
+    local sent=$SENT gen_s=$GEN_S gen_cpu=$GEN_CPU
     # Drained: the file has not grown for BENCH_QUIET s (bounded).
     local last_size last_t cur deadline
     last_size=$(size_of "$out"); last_t=$(now)
@@ -477,10 +497,11 @@ EOF
         fi
         sleep 0.05
     done
-    local cpu0 cpu1 sent gen_s gen_cpu
+    local cpu0 cpu1
     wait_quiet
     cpu0=$(cpu_ticks_all "$spid")
-    read -r sent gen_s gen_cpu < <(run_loggen "$port" "$proto" "$size" "$conns" "$FULL_RATE")
+    run_loggen "$port" "$proto" "$size" "$conns" "$FULL_RATE"
+    local sent=$SENT gen_s=$GEN_S gen_cpu=$GEN_CPU
     sleep 0.5   # socat's per-connection children exit and are reaped
     cpu1=$(cpu_ticks_all "$spid")
     stop_pid "$spid"
@@ -555,7 +576,7 @@ fi
 report() {
     echo "# Syslog ingestion over loopback ($START)"
     echo
-    echo "Command: \`BENCH_SECONDS=$BENCH_SECONDS BENCH_RECEIVERS=\"$BENCH_RECEIVERS\" BENCH_CASES=\"$BENCH_CASES\" bench/syslog.sh\`; loggen RFC 5424 (\`--syslog-proto\`), TCP framing: $BENCH_FRAMING; each receiver alone on the stream, writing every message to a file."
+    echo "Command: \`BENCH_SECONDS=$BENCH_SECONDS BENCH_RECEIVERS=\"$BENCH_RECEIVERS\" BENCH_CASES=\"$BENCH_CASES\" bench/syslog.sh\`; loggen RFC 5424 (\`--syslog-proto\`), TCP framing: $BENCH_FRAMING; UDP receive buffer: ${BENCH_UDP_RCVBUF:-default per receiver}; each receiver alone on the stream, writing every message to a file."
     echo
     while IFS= read -r line; do echo "- $line"; done <<< "$FACTS"
     if [[ -s "$GEN_ROWS" ]]; then

@@ -410,6 +410,8 @@ run_case() { # RECEIVER CASE PROTO SIZE CONNS RATE
         [[ "$proto" != udp ]] || drops=$(udp_drops "$port")
     fi
     stop_pid "$RPID"
+    # Petrel's disk buffer (GBs at full rate): not needed after the run.
+    rm -rf "$wd/data"
     local notes=()
     ((alive)) || notes+=("receiver DIED (log: $(tail -3 "$wd/receiver.log" | tr '\n' ' '))")
     ((drained || !alive)) || notes+=("still growing after ${BENCH_DRAIN_TIMEOUT} s")
@@ -612,9 +614,9 @@ report() {
             }
         }' "$ROWS"
     echo
-    echo "Receivers: rsyslog = imptcp/imudp → omfile, template %msg%; syslog-ng = syslog() sources → file(), template \${MSG}, flags(flow-control); petrel = syslog source (format rfc5424, memory buffer) → file sink, encoding text, --threads $PETREL_THREADS; petrel-disk = the same with \`buffer: {type: disk}\`; petrel-ndjson = memory buffer, encoding ndjson. The configs are written by bench/syslog.sh."
+    echo "Receivers: rsyslog = imptcp/imudp → omfile, template %msg% (which keeps the message's UTF-8 BOM, 3 bytes a line); syslog-ng = syslog() sources → file(), template \${MSG}, flags(flow-control); petrel = syslog source (format rfc5424, memory buffer) → file sink, encoding text, --threads $PETREL_THREADS; petrel-disk = the same with \`buffer: {type: disk}\`; petrel-ndjson = memory buffer, encoding ndjson. The configs are written by bench/syslog.sh."
     echo
-    echo "Cases: tcpN-S = N connections, S-byte messages, loggen as fast as it goes for $BENCH_SECONDS s (TCP flow control paces it to the receiver); udp-S@Rk = one UDP socket at R thousand messages/s for $BENCH_SECONDS s. msgs/s = received / (loggen start → last growth of the output file). CPU s = the receiver's utime+stime over that window (10 ms ticks). Loss = (sent − received) / sent; kernel drops = /proc/net/udp drops of the receiver's socket, part of that loss. CPU/M vs Petrel = the receiver's CPU per million messages / Petrel's (memory buffer) in the same case. loggen shares the 2 cores with the receiver; its --rate is approximate (it sends 10-30 % more than asked at 50k/s), so the sent rate is measured; a UDP rate above loggen's own maximum (first table) means as fast as it goes. other procs = cores used by everything but the receiver and loggen during the run; above ~0.2 the run competed for the CPU."
+    echo "Cases: tcpN-S = N connections, S-byte messages, loggen as fast as it goes for $BENCH_SECONDS s (TCP flow control paces it to the receiver); udp-S@Rk = one UDP socket at R thousand messages/s for $BENCH_SECONDS s. msgs/s = received / (loggen start → last growth of the output file). CPU s = the receiver's utime+stime over that window (10 ms ticks). Loss = (sent − received) / sent; kernel drops = /proc/net/udp drops of the receiver's socket, part of that loss. CPU/M vs Petrel = the receiver's CPU per million messages / Petrel's (memory buffer) in the same case. loggen shares the 2 cores with the receiver; its --rate is approximate (it sent 4-30 % more than asked in our runs, more on a busy machine), so the sent rate is measured; a UDP rate above loggen's own maximum (first table) means as fast as it goes. other procs = cores used by everything but the receiver and loggen during the run; above ~0.2 the run competed for the CPU."
 }
 mkdir -p "$ROOT/bench/results"
 RESULT="$ROOT/bench/results/syslog-$(date -u +%Y%m%d-%H%M).md"

@@ -155,7 +155,7 @@ done
 
 echo "loggen:    $LOGGEN (syslog-ng-core $(dpkg-query -W -f='${Version}' syslog-ng-core))"
 echo "syslog-ng: /usr/sbin/syslog-ng, $(/usr/sbin/syslog-ng --version | head -1)"
-echo "rsyslogd:  $RSYSLOGD, $("$RSYSLOGD" -v | head -1 | tr -s ' \t' ' ')"
+echo "rsyslogd:  $RSYSLOGD, $("$RSYSLOGD" -v | head -1 | tr -s ' \t' ' ' | sed 's/ compiled with://')"
 echo "apache2:   /usr/sbin/apache2, $(/usr/sbin/apache2 -v | head -1) ($(dpkg-query -W -f='${Version}' apache2))"
 echo "ab:        $(ab -V | head -1)"
 echo "logger:    $(logger --version)"

@@ -61,6 +61,7 @@ pub struct Framer {
     max: usize,
     state: State,
     garbage: u64,
+    bad_frames: u64,
     /// How many bytes at the start of the next buffer belong to an
     /// unterminated newline frame and were already searched for its
     /// terminator: without this, a long line arriving in small pieces would
@@ -77,6 +78,7 @@ impl Framer {
             max: max_message_bytes.max(1),
             state: State::Start,
             garbage: 0,
+            bad_frames: 0,
             scanned: 0,
         }
     }
@@ -85,6 +87,13 @@ impl Framer {
     /// [`Framer`]). The skipped rest of oversize frames is not counted.
     pub fn garbage_bytes(&self) -> u64 {
         self.garbage
+    }
+
+    /// How many times framing was lost (a length prefix that is not one,
+    /// or one cut by the end of the stream): each is one skipped run of
+    /// [`Framer::garbage_bytes`]. Receivers count these as bad frames.
+    pub fn bad_frames(&self) -> u64 {
+        self.bad_frames
     }
 
     /// Finds the complete frames at the start of `buf` (the caller's
@@ -183,10 +192,12 @@ impl Framer {
                 }
                 Some(b' ') if n > 0 => break,
                 Some(_) => {
+                    self.bad_frames += 1;
                     self.state = State::SkipLine { garbage: true };
                     return Some(0);
                 }
                 None if eof => {
+                    self.bad_frames += 1;
                     self.garbage += rest.len() as u64;
                     return Some(rest.len());
                 }
@@ -211,6 +222,7 @@ impl Framer {
             Some(start + take)
         } else if eof {
             if avail == 0 {
+                self.bad_frames += 1;
                 self.garbage += rest.len() as u64;
             } else {
                 out.push(Frame {

@@ -234,6 +234,7 @@ fn garbage_resynchronises_at_the_next_newline() {
     assert_eq!(f.frames(b"xyz", false, &mut out), 3);
     assert_eq!(f.frames(b"uvw\n3 abc", false, &mut out), 9);
     assert_eq!(f.garbage_bytes(), 7);
+    assert_eq!(f.bad_frames(), 1, "one run of garbage, however it arrives");
     assert_eq!(
         out,
         vec![Frame {
@@ -269,6 +270,7 @@ fn eof() {
     assert_eq!(f.garbage_bytes(), 0);
     assert_eq!(f.frames(b"12", true, &mut out), 2);
     assert_eq!(f.garbage_bytes(), 2);
+    assert_eq!(f.bad_frames(), 1);
     assert_eq!(out.len(), 1);
 }
 

@@ -21,8 +21,6 @@
 //! a length that is not a number is counted (`error_type="bad_frame"`) and
 //! reading resumes after the next newline.
 
-pub mod parse;
-
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -40,7 +38,7 @@ use super::net::{
     Receiver, RunningNet,
 };
 use super::tcp::{parse_max_message, parse_socket_mode};
-use parse::{Format, Message};
+use petrel_syslog::{Context, Frame, Framer, Framing, Message};
 
 /// Keys accepted by the syslog source.
 pub const KEYS: &[&str] = &[
@@ -80,15 +78,13 @@ pub enum Mode {
     UnixDatagram,
 }
 
-/// Stream framing.
+/// Which syntax frames are parsed as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// Per frame: octet-counted if it starts with a digit, else newline.
-    Auto,
-    /// `LEN SP MSG` only.
-    OctetCounting,
-    /// Newline-ended only.
-    Newline,
+pub enum Format {
+    /// Parsed by `petrel_syslog` in this format.
+    Parsed(petrel_syslog::Format),
+    /// Not parsed: the frame is the message.
+    Raw,
 }
 
 /// Configuration of the syslog source.
@@ -129,12 +125,12 @@ impl SyslogSourceConfig {
             },
         );
         let format = match map.choice("format", &["auto", "rfc5424", "rfc3164", "raw"]) {
-            Some("rfc5424") => Some(Format::Rfc5424),
-            Some("rfc3164") => Some(Format::Rfc3164),
+            Some("rfc5424") => Some(Format::Parsed(petrel_syslog::Format::Rfc5424)),
+            Some("rfc3164") => Some(Format::Parsed(petrel_syslog::Format::Rfc3164)),
             Some("raw") => Some(Format::Raw),
-            Some(_) => Some(Format::Auto),
+            Some(_) => Some(Format::Parsed(petrel_syslog::Format::Auto)),
             None if map.get("format").is_some() => None,
-            None => Some(Format::Auto),
+            None => Some(Format::Parsed(petrel_syslog::Format::Auto)),
         };
         let framing = match map.choice("framing", &["auto", "octet_counting", "newline"]) {
             Some("octet_counting") => Some(Framing::OctetCounting),
@@ -265,10 +261,23 @@ fn span_of(base: u32, r: &std::ops::Range<usize>) -> Value {
 
 impl Decode for SyslogDecode {
     fn decode(&self, block: &Block, batch: &mut EventBatch) {
+        let Format::Parsed(format) = self.format else {
+            batch
+                .events
+                .extend(block.frames.iter().map(|s| Event::from_span(*s)));
+            return;
+        };
+        // One clock reading per block: RFC 3164 years are inferred from the
+        // time the data arrived, not from when it is decoded (a spooled
+        // block may be decoded much later).
+        let ctx = Context {
+            tz: self.tz.clone(),
+            now_ns: block.received_ns,
+        };
         let mut m = Message::default();
         for s in &block.frames {
             let frame = s.get(&block.buf);
-            if parse::parse(frame, self.format, &self.tz, &mut m).is_err() {
+            if petrel_syslog::parse(frame, format, &ctx, &mut m).is_err() {
                 self.parse_failed.inc();
                 batch.events.push(Event::from_span(*s));
                 continue;
@@ -297,7 +306,7 @@ impl Decode for SyslogDecode {
                     String::from_utf8_lossy(name)
                 );
                 let value = if p.escaped {
-                    let v = parse::unescape(&frame[p.value.clone()]);
+                    let v = petrel_syslog::unescape_sd_value(&frame[p.value.clone()]).into_owned();
                     match String::from_utf8(v) {
                         Ok(t) => Value::Str(t.into()),
                         Err(e) => Value::Bytes(e.into_bytes().into()),
@@ -316,14 +325,13 @@ impl Decode for SyslogDecode {
     }
 }
 
-/// RFC 6587 framing for stream transports.
+/// RFC 6587 framing for stream transports: `petrel_syslog`'s framer with
+/// its cut and unframeable input counted in the source's metrics.
 pub struct SyslogSplitter {
-    framing: Framing,
+    framer: Framer,
     max: usize,
-    /// Bytes of an over-long octet-counted frame still to skip.
-    skip: usize,
-    /// Skipping to the next newline (an over-long line, or garbage).
-    to_newline: bool,
+    frames: Vec<Frame>,
+    bad_frames_seen: u64,
     too_long: Counter,
     bad_frame: Counter,
 }
@@ -332,141 +340,36 @@ impl SyslogSplitter {
     /// A splitter for one connection.
     pub fn new(framing: Framing, max: usize, too_long: Counter, bad_frame: Counter) -> Self {
         Self {
-            framing,
+            framer: Framer::new(framing, max),
             max,
-            skip: 0,
-            to_newline: false,
+            frames: Vec::new(),
+            bad_frames_seen: 0,
             too_long,
             bad_frame,
         }
     }
-
-    /// A newline frame `start..end` (the newline excluded).
-    fn line(&mut self, out: &mut Vec<Span>, start: usize, mut end: usize, buf: &[u8]) {
-        while end > start && matches!(buf[end - 1], b'\r' | 0) {
-            end -= 1;
-        }
-        if end - start > self.max {
-            self.too_long.inc();
-            end = start + self.max;
-        }
-        if end > start {
-            out.push(Span::new(start, end - start));
-        }
-    }
 }
-
-/// The longest octet count accepted ("4294967295" has ten digits).
-const MAX_COUNT_DIGITS: usize = 10;
 
 impl Splitter for SyslogSplitter {
     fn split(&mut self, buf: &[u8], eof: bool, out: &mut Vec<Span>) -> usize {
-        let len = buf.len();
-        let mut p = 0;
-        loop {
-            if self.skip > 0 {
-                let k = self.skip.min(len - p);
-                p += k;
-                self.skip -= k;
-                if self.skip > 0 {
-                    return p;
-                }
+        self.frames.clear();
+        let used = self.framer.frames(buf, eof, &mut self.frames);
+        for f in &self.frames {
+            // A frame cut short by the end of the stream is kept but was
+            // not too long: it counts as a bad frame.
+            if f.truncated && f.range.len() >= self.max {
+                self.too_long.inc();
+            } else if f.truncated {
+                self.bad_frame.inc();
             }
-            if self.to_newline {
-                match memchr::memchr(b'\n', &buf[p..]) {
-                    Some(i) => {
-                        p += i + 1;
-                        self.to_newline = false;
-                    }
-                    None => return len,
-                }
-            }
-            if p >= len {
-                return p;
-            }
-            let octet = match self.framing {
-                Framing::OctetCounting => true,
-                Framing::Newline => false,
-                Framing::Auto => buf[p].is_ascii_digit(),
-            };
-            if octet {
-                let digits = buf[p..]
-                    .iter()
-                    .take(MAX_COUNT_DIGITS + 1)
-                    .take_while(|b| b.is_ascii_digit())
-                    .count();
-                let after = p + digits;
-                if after >= len && digits <= MAX_COUNT_DIGITS && !eof {
-                    return p; // the count is not complete yet
-                }
-                let n: u64 = std::str::from_utf8(&buf[p..after])
-                    .ok()
-                    .and_then(|t| t.parse().ok())
-                    .unwrap_or(0);
-                if digits == 0
-                    || digits > MAX_COUNT_DIGITS
-                    || n == 0
-                    || buf.get(after) != Some(&b' ')
-                {
-                    // Not a frame: resynchronise at the next newline.
-                    self.bad_frame.inc();
-                    self.to_newline = true;
-                    continue;
-                }
-                let start = after + 1;
-                let n = n as usize;
-                let have = len - start;
-                if n > self.max {
-                    if have >= self.max || eof {
-                        self.too_long.inc();
-                        let keep = have.min(self.max);
-                        out.push(Span::new(start, keep));
-                        self.skip = n - keep;
-                        p = start + keep;
-                        continue;
-                    }
-                    return p;
-                }
-                if have >= n {
-                    let mut end = start + n;
-                    // A frame's own trailing newline is not message.
-                    while end > start && matches!(buf[end - 1], b'\n' | b'\r' | 0) {
-                        end -= 1;
-                    }
-                    if end > start {
-                        out.push(Span::new(start, end - start));
-                    }
-                    p = start + n;
-                    continue;
-                }
-                if eof {
-                    if have > 0 {
-                        out.push(Span::new(start, have));
-                    }
-                    return len;
-                }
-                return p;
-            }
-            match memchr::memchr(b'\n', &buf[p..]) {
-                Some(i) => {
-                    self.line(out, p, p + i, buf);
-                    p += i + 1;
-                }
-                None => {
-                    if len - p > self.max {
-                        self.too_long.inc();
-                        out.push(Span::new(p, self.max));
-                        self.to_newline = true;
-                        return len;
-                    }
-                    if eof {
-                        self.line(out, p, len, buf);
-                        return len;
-                    }
-                    return p;
-                }
-            }
+            out.push(Span::new(f.range.start, f.range.len()));
         }
+        let bad = self.framer.bad_frames();
+        if bad > self.bad_frames_seen {
+            self.bad_frame.inc_by(bad - self.bad_frames_seen);
+            self.bad_frames_seen = bad;
+        }
+        used
     }
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the parsing processors (parse_regex, parse_json, parse_delimiter)
-# with cargo-fuzz (libFuzzer, address sanitizer), each target for a bounded
+# and the syslog parser and framer (syslog_parse, octet_framer, in
+# fuzz/syslog) with cargo-fuzz (libFuzzer, address sanitizer), each target for a bounded
 # time. Needs a nightly toolchain; installs cargo-fuzz when it is missing.
 #
 #   scripts/fuzz.sh                   # every target, 30 s each
@@ -11,7 +12,11 @@
 # parallel fuzzing processes per target; FUZZ_SANITIZER (default address;
 # `none` builds faster and runs about twice as fast).
 #
-# Corpora are kept in fuzz/corpus/<target> (seeded from the benchmark data
+# `scripts/test.sh` runs every target briefly (FUZZ_SECONDS=20,
+# FUZZ_SANITIZER=none: a panic or an overflow is what Rust code can fail
+# with, and the build is minutes shorter).
+#
+# Corpora are kept in fuzz/corpus/<target> (fuzz/syslog/corpus/<target>) (seeded from the benchmark data
 # shapes on the first run); a crash leaves its input in
 # fuzz/artifacts/<target>/ and makes this script exit non-zero. Reproduce
 # with `cd fuzz && cargo +nightly fuzz run <target> <artifact>`.
@@ -21,7 +26,7 @@ seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-1}
 sanitizer=${FUZZ_SANITIZER:-address}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parse_regex parse_json parse_delimiter)
+[ ${#targets[@]} -gt 0 ] || targets=(parse_regex parse_json parse_delimiter syslog_parse octet_framer)
 
 if ! rustup toolchain list | grep -q '^nightly'; then
     echo "fuzz.sh: cargo-fuzz needs a nightly toolchain: rustup toolchain install nightly" >&2
@@ -63,9 +68,22 @@ seed parse_delimiter \
 status=0
 for t in "${targets[@]}"; do
     echo "== fuzzing $t for ${seconds}s"
-    if ! cargo +nightly fuzz run --sanitizer "$sanitizer" --jobs "$jobs" "$t" "corpus/$t" -- \
+    case $t in
+        syslog_parse | octet_framer)
+            # Own project; committed seeds are read, new inputs go to corpus/.
+            dir=syslog
+            mkdir -p "syslog/corpus/$t"
+            corpora=("syslog/corpus/$t" "syslog/seeds/$t")
+            ;;
+        *)
+            dir=.
+            corpora=("corpus/$t")
+            ;;
+    esac
+    if ! cargo +nightly fuzz run --fuzz-dir "$dir" --sanitizer "$sanitizer" --jobs "$jobs" \
+        "$t" "${corpora[@]}" -- \
         -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048; then
-        echo "== $t FAILED: see fuzz/artifacts/$t/" >&2
+        echo "== $t FAILED: see fuzz/$dir/artifacts/$t/" >&2
         status=1
     fi
 done

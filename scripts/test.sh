@@ -3,12 +3,16 @@
 # tests, and end-to-end tests against the real binary, a real Apache Kafka
 # broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh)
 # and real HTTP servers, util-linux logger and openssl as syslog/TLS
-# clients, all on 127.0.0.1.
+# clients, a real Apache httpd driven by ab (seed 004), all on 127.0.0.1;
+# then every fuzz target for a short bounded time (nightly toolchain and
+# cargo-fuzz installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 echo "== install the test clients (logger, openssl)"
 ./scripts/install-test-tools.sh
+echo "== install apache2, ab, loggen, rsyslog (the seed-004 test and the syslog benchmarks)"
+./scripts/install-syslog-tools.sh
 echo "== fetch the Kafka broker used by the tests"
 ./scripts/fetch-kafka.sh
 echo "== cargo fmt --check"
@@ -17,3 +21,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --release --locked
+echo "== fuzz every target briefly (scripts/fuzz.sh)"
+if ! rustup toolchain list | grep -q '^nightly'; then
+    rustup toolchain install nightly --profile minimal
+fi
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} FUZZ_SANITIZER=${FUZZ_SANITIZER:-none} ./scripts/fuzz.sh

@@ -73,9 +73,7 @@ pub fn check(p: &dyn Processor, line: &[u8]) {
     buf.push(b'\n');
     let mut batch = EventBatch::new(
         Bytes::from(buf),
-        Arc::new(SourceInfo {
-            path: "/fuzz.log".into(),
-        }),
+        Arc::new(SourceInfo::file("/fuzz.log", Arc::new([]))),
     );
     let span = Event::from_span(Span::new(start, line.len()));
     let mut owned = span.clone();

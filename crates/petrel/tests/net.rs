@@ -17,14 +17,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Connects, retrying while the source is still starting.
 fn connect(port: u16) -> TcpStream {
     let started = Instant::now();

@@ -694,3 +694,12 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

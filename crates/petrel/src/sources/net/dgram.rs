@@ -24,6 +24,28 @@ use super::{now_ns, Block, ListenAddr};
 /// Datagrams asked of one `recvmmsg`.
 const BATCH: usize = 64;
 
+/// A block handed to the pipeline holds at most this many bytes of
+/// datagrams, gathered over several `recvmmsg` calls when they come fast.
+const BLOCK_BYTES: usize = 256 * 1024;
+
+/// When a `recvmmsg` drained the socket with fewer datagrams than this,
+/// the receiver waits [`LINGER`] once and receives again before handing
+/// the block on: at moderate rates every datagram would otherwise wake the
+/// whole pipeline on its own (measured: 6.8 CPU s per million datagrams at
+/// 50k/s, against 4.2 at 200k/s, where calls return full batches).
+const LINGER_BELOW: usize = 32;
+
+/// How long datagrams are left to gather in the socket buffer; the latency
+/// this adds is bounded by it. The default receive buffer holds a few
+/// thousand datagrams, many times what arrives meanwhile at 200k/s.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// `SO_RCVBUF` asked for when `receive_buffer_bytes` is not configured:
+/// the kernel's default (`net.core.rmem_default`, 208 KiB on most systems)
+/// holds only a few hundred small datagrams, about a millisecond at high
+/// rates, and UDP loss is invisible to the sender.
+pub const DEFAULT_RECEIVE_BUFFER: usize = 4 << 20;
+
 /// Counters of a datagram receiver.
 #[derive(Clone)]
 pub struct DgramCounters {
@@ -39,7 +61,8 @@ pub struct DgramCounters {
 pub struct DgramSpec {
     /// Where to listen.
     pub addr: ListenAddr,
-    /// `SO_RCVBUF` to ask for (as root beyond `net.core.rmem_max`).
+    /// `SO_RCVBUF` to ask for (as root beyond `net.core.rmem_max`);
+    /// `None`: [`DEFAULT_RECEIVE_BUFFER`].
     pub receive_buffer_bytes: Option<usize>,
     /// Longer datagrams are cut (counted).
     pub max_message_bytes: usize,
@@ -116,9 +139,11 @@ pub fn listen(spec: DgramSpec, intake: Intake) -> anyhow::Result<DgramReceiver> 
         }
     };
     let fd = sock.fd();
-    if let Some(n) = spec.receive_buffer_bytes {
-        set_receive_buffer(fd, n);
-    }
+    set_receive_buffer(
+        fd,
+        spec.receive_buffer_bytes.unwrap_or(DEFAULT_RECEIVE_BUFFER),
+        spec.receive_buffer_bytes.is_some(),
+    );
     let one: libc::c_int = 1;
     // SAFETY: a valid socket and a pointer to an int of the given size.
     unsafe {
@@ -146,7 +171,9 @@ pub fn listen(spec: DgramSpec, intake: Intake) -> anyhow::Result<DgramReceiver> 
     })
 }
 
-fn set_receive_buffer(fd: RawFd, bytes: usize) {
+/// Asks for an `SO_RCVBUF` of `bytes` (beyond `net.core.rmem_max` when
+/// privileged); a failure is a warning when the size was configured.
+fn set_receive_buffer(fd: RawFd, bytes: usize, configured: bool) {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
         // SAFETY: a valid socket and a pointer to an int of the given size.
@@ -162,6 +189,9 @@ fn set_receive_buffer(fd: RawFd, bytes: usize) {
         if rc == 0 {
             return;
         }
+    }
+    if !configured {
+        return;
     }
     tracing::warn!(
         bytes,
@@ -180,6 +210,10 @@ struct Receiving {
     drops: Option<u32>,
     unix_peer: Option<Arc<str>>,
     last_peer: Option<(Vec<u8>, Arc<str>)>,
+    /// Datagrams gathered for the next block.
+    data: BytesMut,
+    /// Their spans, per run of one sender.
+    runs: Vec<(Option<Arc<str>>, Vec<Span>)>,
 }
 
 // SAFETY: the raw pointers in `iovs`/`msgs` point into this struct's own
@@ -201,6 +235,8 @@ impl Receiving {
             drops: None,
             unix_peer,
             last_peer: None,
+            data: BytesMut::new(),
+            runs: Vec::new(),
         }
     }
 
@@ -216,21 +252,34 @@ impl Receiving {
             if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
                 continue;
             }
-            let n = self.receive(fd);
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::WouldBlock
-                    && e.kind() != std::io::ErrorKind::Interrupted
-                {
-                    spec.counters.read_errors.inc();
-                    tracing::warn!(error = %e, "receiving datagrams failed");
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+            let mut lingered = false;
+            loop {
+                let n = self.receive(fd);
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::WouldBlock
+                        && e.kind() != std::io::ErrorKind::Interrupted
+                    {
+                        spec.counters.read_errors.inc();
+                        tracing::warn!(error = %e, "receiving datagrams failed");
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    break;
                 }
-                continue;
+                let n = n as usize;
+                self.gather(n, spec);
+                if self.data.len() >= BLOCK_BYTES {
+                    break;
+                }
+                if n < LINGER_BELOW {
+                    if lingered || stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    lingered = true;
+                    std::thread::sleep(LINGER);
+                }
             }
-            let n = n as usize;
-            let blocks = self.blocks(n, spec);
-            for b in blocks {
+            for b in self.take_blocks() {
                 if !intake.submit_blocking(b) {
                     return;
                 }
@@ -271,11 +320,11 @@ impl Receiving {
         }
     }
 
-    /// The received datagrams as blocks, one per run of the same sender.
-    fn blocks(&mut self, n: usize, spec: &DgramSpec) -> Vec<Block> {
-        let total: usize = self.msgs[..n].iter().map(|m| m.msg_len as usize).sum();
-        let mut data = BytesMut::with_capacity(total);
-        let mut runs: Vec<(Option<Arc<str>>, Vec<Span>)> = Vec::new();
+    /// Adds the `n` datagrams just received to the block being gathered.
+    fn gather(&mut self, n: usize, spec: &DgramSpec) {
+        if self.data.capacity() == 0 {
+            self.data.reserve(BLOCK_BYTES + BATCH * (spec.max_message_bytes + 1).min(2048));
+        }
         let mut dropped_now = None;
         for i in 0..n {
             let h = self.msgs[i];
@@ -296,12 +345,12 @@ impl Receiving {
             if msg.is_empty() {
                 continue;
             }
-            let start = data.len();
-            data.extend_from_slice(msg);
+            let start = self.data.len();
+            self.data.extend_from_slice(msg);
             let span = Span::new(start, msg.len());
-            match runs.last_mut() {
+            match self.runs.last_mut() {
                 Some((p, spans)) if *p == peer => spans.push(span),
-                _ => runs.push((peer, vec![span])),
+                _ => self.runs.push((peer, vec![span])),
             }
         }
         if let Some(d) = dropped_now {
@@ -315,9 +364,17 @@ impl Receiving {
             }
             self.drops = Some(d);
         }
-        let buf = data.freeze();
+    }
+
+    /// The gathered datagrams as blocks, one per run of the same sender.
+    fn take_blocks(&mut self) -> Vec<Block> {
+        if self.runs.is_empty() {
+            return Vec::new();
+        }
+        let buf = self.data.split().freeze();
         let received_ns = now_ns();
-        runs.into_iter()
+        std::mem::take(&mut self.runs)
+            .into_iter()
             .map(|(peer, frames)| Block {
                 buf: buf.clone(),
                 frames,

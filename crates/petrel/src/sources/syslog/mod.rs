@@ -9,7 +9,7 @@
 //!     framing: auto              # stream modes: auto | octet_counting | newline
 //!     max_message_bytes: 65536   # longer: cut and counted (discarded reason=too_long)
 //!     timezone: local            # RFC 3164 times without a zone
-//!     receive_buffer_bytes: 8MiB # udp / unix_datagram: SO_RCVBUF
+//!     receive_buffer_bytes: 4MiB # udp / unix_datagram: SO_RCVBUF (default 4MiB)
 //! ```
 //! Events carry `message`, `hostname`, `app_name`, `proc_id`, `msg_id`,
 //! `facility` and `severity` (numbers), the event time, structured data as

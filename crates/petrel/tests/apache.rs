@@ -17,60 +17,14 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::StatusCode;
-use axum::routing::post;
-use axum::Router;
 use common::*;
 
 const APACHE_BIN: &str = "/usr/sbin/apache2";
 const REQUESTS: usize = 3000;
-
-/// The downstream server: holds every request until `released`.
-#[derive(Default)]
-struct Stalled {
-    released: AtomicBool,
-    /// Requests waiting for an answer.
-    held: AtomicUsize,
-    /// Bodies answered 200, in arrival order.
-    bodies: Mutex<Vec<Vec<u8>>>,
-}
-
-fn serve_stalled(state: Arc<Stalled>) -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the stalled server");
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new().route(
-                "/ingest",
-                post(move |body: Bytes| {
-                    let s = state.clone();
-                    async move {
-                        s.held.fetch_add(1, Ordering::SeqCst);
-                        while !s.released.load(Ordering::SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                        s.held.fetch_sub(1, Ordering::SeqCst);
-                        s.bodies.lock().unwrap().push(body.to_vec());
-                        StatusCode::OK
-                    }
-                }),
-            );
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
-    addr
-}
 
 /// `bench/lib/apache.sh`, the same helper the benchmark uses.
 fn apache_lib() -> PathBuf {

@@ -8,7 +8,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,25 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// Connects, retrying while the source is still starting.
-fn connect(port: u16) -> TcpStream {
-    let started = Instant::now();
-    loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => return s,
-            Err(e) if started.elapsed() > Duration::from_secs(10) => panic!("connect {port}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-fn json_lines(path: &Path) -> Vec<serde_json::Value> {
-    read_lines(path)
-        .iter()
-        .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-        .collect()
-}
 
 fn run_logger(args: &[&str]) {
     let st = Command::new("logger")
@@ -45,17 +25,19 @@ fn run_logger(args: &[&str]) {
 }
 
 #[test]
-fn logger_messages_arrive_with_their_fields_over_udp_tcp_and_a_unix_socket() {
+fn logger_messages_arrive_with_their_fields_over_udp_tcp_and_unix_sockets() {
     let dir = tempdir();
     let out = dir.path().join("out.ndjson");
     let port = free_port();
     let sock = dir.path().join("log.sock");
+    let stream_sock = dir.path().join("stream.sock");
     let cfg = write_config(
         dir.path(),
         "syslog",
         &format!(
-            "sources:\n  - type: syslog\n    mode: tcp\n    address: 127.0.0.1:{port}\n  - type: syslog\n    mode: udp\n    address: 127.0.0.1:{port}\n  - type: syslog\n    mode: unix_datagram\n    address: {}\n    timezone: UTC\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
+            "sources:\n  - type: syslog\n    mode: tcp\n    address: 127.0.0.1:{port}\n  - type: syslog\n    mode: udp\n    address: 127.0.0.1:{port}\n  - type: syslog\n    mode: unix_datagram\n    address: {}\n    timezone: UTC\n  - type: syslog\n    mode: unix_stream\n    address: {}\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
             sock.display(),
+            stream_sock.display(),
             out.display()
         ),
     );
@@ -132,7 +114,26 @@ fn logger_messages_arrive_with_their_fields_over_udp_tcp_and_a_unix_socket() {
         "udp 3164",
     ]);
     run_logger(&["-u", &s, "-t", "app6", "-p", "daemon.warning", "unix"]);
-    wait_lines(&out, 6);
+    // `-T` with `-u`: a Unix stream socket, newline-framed RFC 3164.
+    let ss = stream_sock.display().to_string();
+    wait_for(LONG, "the unix stream socket", || {
+        if stream_sock.exists() {
+            Ok(())
+        } else {
+            Err("not yet".to_string())
+        }
+    });
+    run_logger(&[
+        "-T",
+        "-u",
+        &ss,
+        "-t",
+        "app7",
+        "-p",
+        "mail.info",
+        "unix stream",
+    ]);
+    wait_lines(&out, 7);
     let events = json_lines(&out);
     let by_msg: HashMap<String, &serde_json::Value> = events
         .iter()
@@ -176,7 +177,14 @@ fn logger_messages_arrive_with_their_fields_over_udp_tcp_and_a_unix_socket() {
         (Some(3), Some(4))
     );
     assert_eq!(e["source_address"], s.as_str());
-    assert_eq!(events.len(), 6, "{events:?}");
+    let e = get("unix stream");
+    assert_eq!(e["app_name"], "app7");
+    assert_eq!(
+        (e["facility"].as_i64(), e["severity"].as_i64()),
+        (Some(2), Some(6))
+    );
+    assert_eq!(e["source_address"], ss.as_str());
+    assert_eq!(events.len(), 7, "{events:?}");
 }
 
 #[test]
@@ -227,32 +235,6 @@ fn unparsable_frames_are_kept_and_counted_and_over_long_ones_cut() {
         agent.metric_or_zero("petrel_component_discarded_events_total", &l),
         1.0
     );
-}
-
-/// A minimal HTTP/1.1 client: one request per connection.
-fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
-    let mut s = connect(port);
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let _ = s.write_all(body);
-    let mut resp = Vec::new();
-    let _ = s.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {text:?}"));
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (code, body)
 }
 
 fn http_config(dir: &Path, port: u16, out: &Path, extra: &str) -> std::path::PathBuf {

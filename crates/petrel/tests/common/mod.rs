@@ -703,3 +703,103 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// An HTTP server (`POST /ingest`) that holds every request unanswered
+/// until `released`, then answers 200: a stalled downstream for a sink.
+#[derive(Default)]
+pub struct Stalled {
+    /// Set to let held and later requests through.
+    pub released: std::sync::atomic::AtomicBool,
+    /// Requests waiting for an answer.
+    pub held: std::sync::atomic::AtomicUsize,
+    /// Bodies answered 200, in arrival order.
+    pub bodies: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+/// Runs a [`Stalled`] server on 127.0.0.1 in its own thread (for the rest
+/// of the test process); returns its address.
+pub fn serve_stalled(state: std::sync::Arc<Stalled>) -> std::net::SocketAddr {
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the stalled server");
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/ingest",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let s = state.clone();
+                    async move {
+                        s.held.fetch_add(1, Ordering::SeqCst);
+                        while !s.released.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        s.held.fetch_sub(1, Ordering::SeqCst);
+                        s.bodies.lock().unwrap().push(body.to_vec());
+                        axum::http::StatusCode::OK
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    addr
+}
+
+/// Connects, retrying while the source is still starting.
+pub fn connect(port: u16) -> TcpStream {
+    let started = Instant::now();
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => return s,
+            Err(e) if started.elapsed() > Duration::from_secs(10) => panic!("connect {port}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The ndjson lines of `path`, parsed.
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    read_lines(path)
+        .iter()
+        .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+/// A minimal HTTP/1.1 client: one request per connection. Returns the
+/// status and the body.
+pub fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    let text = post_raw(port, path, headers, body);
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (code, body)
+}
+
+/// [`post`], returning the whole response as text (status line, headers,
+/// body).
+pub fn post_raw(port: u16, path: &str, headers: &[(&str, &str)], body: &[u8]) -> String {
+    let mut s = connect(port);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    String::from_utf8_lossy(&resp).into_owned()
+}

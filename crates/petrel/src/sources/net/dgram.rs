@@ -323,7 +323,8 @@ impl Receiving {
     /// Adds the `n` datagrams just received to the block being gathered.
     fn gather(&mut self, n: usize, spec: &DgramSpec) {
         if self.data.capacity() == 0 {
-            self.data.reserve(BLOCK_BYTES + BATCH * (spec.max_message_bytes + 1).min(2048));
+            self.data
+                .reserve(BLOCK_BYTES + BATCH * (spec.max_message_bytes + 1).min(2048));
         }
         let mut dropped_now = None;
         for i in 0..n {

@@ -128,13 +128,33 @@ impl OutFile {
                 libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
             }
         }
+        let mut len = meta.len();
+        if meta.is_file() && len > 0 && !ends_with_newline(path, len) {
+            // A line cut by a crash (kill -9 mid-write): end it, so that
+            // the next event starts a line of its own instead of being
+            // glued to the fragment.
+            std::io::Write::write_all(&mut &file, b"\n")?;
+            len += 1;
+            tracing::warn!(path = %path.display(), "the output ended inside a line (a crash while writing); it was ended with a newline");
+        }
         Ok(Self {
             path: path.to_path_buf(),
             id: (meta.dev(), meta.ino()),
             regular: meta.is_file(),
-            mark: meta.len(),
+            mark: len,
             file,
         })
+    }
+}
+
+/// True when the last of `len` bytes of `path` is a newline (or it cannot
+/// be read: then nothing is added).
+fn ends_with_newline(path: &Path, len: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut last = [0u8; 1];
+    match File::open(path).and_then(|f| f.read_exact_at(&mut last, len - 1)) {
+        Ok(()) => last[0] == b'\n',
+        Err(_) => true,
     }
 }
 
@@ -245,5 +265,29 @@ impl petrel_core::plugin::SinkConfig for FileSinkConfig {
             key: "path",
             read_back: self.read_back,
         })
+    }
+}
+
+#[cfg(test)]
+mod torn_tail_tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_line_cut_by_a_crash_is_ended_before_new_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out.log");
+        std::fs::write(&p, b"whole\ncut in th").unwrap();
+        let mut f = OutFile::open(&p).unwrap();
+        f.write_all(b"next\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"whole\ncut in th\nnext\n");
+        // A file ending with a newline is left as it is.
+        drop(f);
+        let mut f = OutFile::open(&p).unwrap();
+        f.write_all(b"more\n").unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            b"whole\ncut in th\nnext\nmore\n"
+        );
     }
 }

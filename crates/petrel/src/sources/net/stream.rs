@@ -22,6 +22,18 @@ use super::{now_ns, Block, ConnLimits, ListenAddr};
 /// longest frame kept.
 const READ_BYTES: usize = 64 << 10;
 
+/// A read shorter than this means the connection is not busy enough to
+/// fill blocks by itself: the next read waits [`LINGER`] so that it finds
+/// more. Without it, a sender writing one message at a time made every
+/// few hundred bytes a block that crossed the pipeline's threads (a
+/// wake-up each), whatever the rate.
+const LINGER_BELOW: usize = 16 << 10;
+
+/// How long a connection's data is left to gather in the socket buffer
+/// after a short read (TCP flow control holds the sender if it fills):
+/// the latency this adds is at most this.
+const LINGER: Duration = Duration::from_millis(1);
+
 /// A TLS handshake that takes longer than this is abandoned (counted).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -350,6 +362,7 @@ async fn serve<S: AsyncRead + Unpin>(
             r = tokio::time::timeout(spec.limits.idle_timeout, sock.read_buf(&mut buf)) => r,
             _ = stop.changed() => break,
         };
+        let mut short = false;
         let eof = match read {
             Err(_) => {
                 c.idle_closed.inc();
@@ -360,7 +373,10 @@ async fn serve<S: AsyncRead + Unpin>(
                 tracing::debug!(%peer, error = %e, "read failed; closing the connection");
                 true
             }
-            Ok(Ok(n)) => n == 0,
+            Ok(Ok(n)) => {
+                short = n < LINGER_BELOW;
+                n == 0
+            }
         };
         let used = splitter.split(&buf, eof, &mut frames);
         if frames.is_empty() {
@@ -380,6 +396,12 @@ async fn serve<S: AsyncRead + Unpin>(
         }
         if eof {
             break;
+        }
+        if short {
+            tokio::select! {
+                _ = tokio::time::sleep(LINGER) => {}
+                _ = stop.changed() => break,
+            }
         }
     }
     c.connections.dec();

@@ -1,0 +1,149 @@
+//! Records as ndjson, written straight into a batch buffer.
+
+/// One record: string fields, an optional event time and an optional
+/// stream (batches are formed per stream).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Record<'a> {
+    /// Key/value pairs, written in this order.
+    pub fields: &'a [(&'a str, &'a str)],
+    /// Event time in nanoseconds since the Unix epoch, sent as `time_ns`.
+    pub time_ns: Option<u64>,
+    /// The stream (like the seed's logstore/topic), sent as `stream`.
+    pub stream: Option<&'a str>,
+}
+
+impl<'a> Record<'a> {
+    /// A record with these fields, no time and the default stream.
+    pub fn new(fields: &'a [(&'a str, &'a str)]) -> Self {
+        Self {
+            fields,
+            time_ns: None,
+            stream: None,
+        }
+    }
+
+    /// Sets the event time (nanoseconds since the Unix epoch).
+    pub fn time_ns(mut self, t: u64) -> Self {
+        self.time_ns = Some(t);
+        self
+    }
+
+    /// Sets the stream.
+    pub fn stream(mut self, s: &'a str) -> Self {
+        self.stream = Some(s);
+        self
+    }
+}
+
+/// Bytes that cannot appear raw inside a JSON string.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    let b = s.as_bytes();
+    out.reserve(b.len() + 2);
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if NEEDS_ESCAPE[c as usize] {
+            out.extend_from_slice(&b[start..i]);
+            match c {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                _ => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[(c >> 4) as usize]);
+                    out.push(HEX[(c & 15) as usize]);
+                }
+            }
+            start = i + 1;
+        }
+    }
+    out.extend_from_slice(&b[start..]);
+    out.push(b'"');
+}
+
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+/// Appends `rec` as one JSON object and a newline.
+pub(crate) fn encode(out: &mut Vec<u8>, rec: &Record<'_>) {
+    out.push(b'{');
+    let mut first = true;
+    for (k, v) in rec.fields {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        push_str(out, k);
+        out.push(b':');
+        push_str(out, v);
+    }
+    if let Some(t) = rec.time_ns {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(b"\"time_ns\":");
+        push_u64(out, t);
+    }
+    if let Some(s) = rec.stream {
+        if !first {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"stream\":");
+        push_str(out, s);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_valid_json_lines() {
+        let mut out = Vec::new();
+        let rec = Record::new(&[("msg", "a \"q\" \\ \n\t\u{1}é"), ("k", "")])
+            .time_ns(1_700_000_000_123_456_789)
+            .stream("web");
+        encode(&mut out, &rec);
+        encode(&mut out, &Record::new(&[]));
+        encode(&mut out, &Record::default().time_ns(0));
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["msg"], "a \"q\" \\ \n\t\u{1}é");
+        assert_eq!(lines[0]["k"], "");
+        assert_eq!(lines[0]["time_ns"], 1_700_000_000_123_456_789u64);
+        assert_eq!(lines[0]["stream"], "web");
+        assert_eq!(lines[1], serde_json::json!({}));
+        assert_eq!(lines[2]["time_ns"], 0);
+    }
+}

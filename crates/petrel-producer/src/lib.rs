@@ -276,7 +276,30 @@ impl Producer {
     /// Queues `rec`. Waits at most `max_block_ms` for room when the memory
     /// cap is reached.
     pub fn send(&self, rec: &Record<'_>) -> Result<(), SendError> {
-        self.shared.append(rec, None)
+        self.shared.append(rec, None, true)
+    }
+
+    /// Like [`send`](Self::send) but never waits for room (nor moves
+    /// batches to the spool to make some), and a refusal is not counted in
+    /// `rejected_full`: for callers that try first and then `send` outside
+    /// a lock of their own (the Python binding does, without the GIL).
+    pub fn try_send(&self, rec: &Record<'_>) -> Result<(), SendError> {
+        self.shared.append(rec, None, false)
+    }
+
+    /// [`try_send`](Self::try_send) with a callback (see
+    /// [`send_with_callback`](Self::send_with_callback)); on refusal the
+    /// callback is handed back.
+    #[allow(clippy::type_complexity)]
+    pub fn try_send_with_callback(
+        &self,
+        rec: &Record<'_>,
+        cb: Box<dyn FnOnce(&Outcome) + Send>,
+    ) -> Result<(), (SendError, Box<dyn FnOnce(&Outcome) + Send>)> {
+        let mut slot = Some(cb);
+        self.shared
+            .append_slot(rec, &mut slot, false)
+            .map_err(|e| (e, slot.take().unwrap_or_else(|| Box::new(|_| {}))))
     }
 
     /// Queues `rec`; `cb` is called once with its outcome (from an IO
@@ -286,7 +309,7 @@ impl Producer {
         rec: &Record<'_>,
         cb: impl FnOnce(&Outcome) + Send + 'static,
     ) -> Result<(), SendError> {
-        self.shared.append(rec, Some(Box::new(cb)))
+        self.shared.append(rec, Some(Box::new(cb)), true)
     }
 
     /// Queues `rec` and returns a future of its outcome (also usable
@@ -295,7 +318,7 @@ impl Producer {
         let state = Arc::new(FutState::default());
         let s = state.clone();
         self.shared
-            .append(rec, Some(Box::new(move |o| s.complete(o))))?;
+            .append(rec, Some(Box::new(move |o| s.complete(o))), true)?;
         Ok(DeliveryFuture { state })
     }
 
@@ -392,7 +415,17 @@ impl Shared {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn append(&self, rec: &Record<'_>, mut cb: Option<Callback>) -> Result<(), SendError> {
+    fn append(&self, rec: &Record<'_>, mut cb: Option<Callback>, block: bool) -> Result<(), SendError> {
+        self.append_slot(rec, &mut cb, block)
+    }
+
+    /// Appends `rec` (taking `cb` only when it succeeds).
+    fn append_slot(
+        &self,
+        rec: &Record<'_>,
+        cb: &mut Option<Callback>,
+        block: bool,
+    ) -> Result<(), SendError> {
         let cap = self.cfg.total_size_in_bytes as u64;
         let mut deadline: Option<Instant> = None;
         let mut acc = self.acc.lock();
@@ -418,7 +451,7 @@ impl Shared {
                     }
                     return Ok(());
                 }
-                Err(len) => self.wait_room(&mut acc, len, &mut deadline)?,
+                Err(len) => self.wait_room(&mut acc, len, &mut deadline, block)?,
             }
         }
     }
@@ -489,9 +522,13 @@ impl Shared {
         acc: &mut parking_lot::MutexGuard<'_, Acc>,
         len: u64,
         deadline: &mut Option<Instant>,
+        block: bool,
     ) -> Result<(), SendError> {
         if len > self.cfg.total_size_in_bytes as u64 {
             return Err(SendError::TooLarge);
+        }
+        if !block {
+            return Err(SendError::Full);
         }
         if self.spool.is_some() {
             // Sealed batches waiting for an IO thread go to disk instead.

@@ -12,8 +12,18 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-create_exception!(petrel_producer, QueueFull, PyException, "The producer's queue is full (total_size_in_bytes) and max_block_ms passed.");
-create_exception!(petrel_producer, ProducerClosed, PyException, "The producer is closed.");
+create_exception!(
+    petrel_producer,
+    QueueFull,
+    PyException,
+    "The producer's queue is full (total_size_in_bytes) and max_block_ms passed."
+);
+create_exception!(
+    petrel_producer,
+    ProducerClosed,
+    PyException,
+    "The producer is closed."
+);
 
 fn to_py_err(e: SendError) -> PyErr {
     match e {

@@ -415,7 +415,12 @@ impl Shared {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn append(&self, rec: &Record<'_>, mut cb: Option<Callback>, block: bool) -> Result<(), SendError> {
+    fn append(
+        &self,
+        rec: &Record<'_>,
+        mut cb: Option<Callback>,
+        block: bool,
+    ) -> Result<(), SendError> {
         self.append_slot(rec, &mut cb, block)
     }
 

@@ -48,32 +48,65 @@ static NEEDS_ESCAPE: [bool; 256] = {
     t
 };
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// True when one of the 8 bytes of `w` needs escaping (a control byte,
+/// `"` or `\\`): the word-at-a-time zero-byte test, exact for "any".
+#[inline]
+fn word_needs_escape(w: u64) -> bool {
+    let ctl = w.wrapping_sub(LO * 0x20) & !w;
+    let q = w ^ (LO * b'"' as u64);
+    let bs = w ^ (LO * b'\\' as u64);
+    let zero = |v: u64| v.wrapping_sub(LO) & !v;
+    (ctl | zero(q) | zero(bs)) & HI != 0
+}
+
 fn push_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     out.reserve(b.len() + 2);
     out.push(b'"');
     let mut start = 0;
-    for (i, &c) in b.iter().enumerate() {
-        if NEEDS_ESCAPE[c as usize] {
-            out.extend_from_slice(&b[start..i]);
-            match c {
-                b'"' => out.extend_from_slice(b"\\\""),
-                b'\\' => out.extend_from_slice(b"\\\\"),
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                b'\t' => out.extend_from_slice(b"\\t"),
-                _ => {
-                    const HEX: &[u8; 16] = b"0123456789abcdef";
-                    out.extend_from_slice(b"\\u00");
-                    out.push(HEX[(c >> 4) as usize]);
-                    out.push(HEX[(c & 15) as usize]);
-                }
+    let mut i = 0;
+    while i < b.len() {
+        // Plain text goes eight bytes per step.
+        if i + 8 <= b.len() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            if !word_needs_escape(u64::from_le_bytes(w)) {
+                i += 8;
+                continue;
             }
-            start = i + 1;
+        }
+        let end = (i + 8).min(b.len());
+        while i < end {
+            let c = b[i];
+            if NEEDS_ESCAPE[c as usize] {
+                out.extend_from_slice(&b[start..i]);
+                escape(out, c);
+                start = i + 1;
+            }
+            i += 1;
         }
     }
     out.extend_from_slice(&b[start..]);
     out.push(b'"');
+}
+
+fn escape(out: &mut Vec<u8>, c: u8) {
+    match c {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        b'\n' => out.extend_from_slice(b"\\n"),
+        b'\r' => out.extend_from_slice(b"\\r"),
+        b'\t' => out.extend_from_slice(b"\\t"),
+        _ => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(c >> 4) as usize]);
+            out.push(HEX[(c & 15) as usize]);
+        }
+    }
 }
 
 fn push_u64(out: &mut Vec<u8>, mut n: u64) {
@@ -145,5 +178,21 @@ mod tests {
         assert_eq!(lines[0]["stream"], "web");
         assert_eq!(lines[1], serde_json::json!({}));
         assert_eq!(lines[2]["time_ns"], 0);
+    }
+
+    #[test]
+    fn escaping_matches_serde_json_at_every_position() {
+        // Every escapable byte (and some UTF-8) at every offset of a word.
+        let specials = ["\"", "\\", "\n", "\u{0}", "\u{1f}", "é", "\u{7f}", " ", "~"];
+        for sp in specials {
+            for pos in 0..20 {
+                let mut v = "abcdefghijklmnopqrst".to_string();
+                v.insert_str(pos, sp);
+                let mut out = Vec::new();
+                encode(&mut out, &Record::new(&[("k", &v)]));
+                let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                assert_eq!(got["k"], v.as_str(), "{v:?}");
+            }
+        }
     }
 }

@@ -15,7 +15,8 @@
 # Each row: MB/s and logs/s (ndjson bytes before compression, first send
 # to close() returning with everything admitted by the agent), the
 # producer's CPU % and CPU seconds per GB (getrusage), and the agent's CPU
-# seconds (utime+stime from /proc/PID/stat) — both run on the same machine,
+# seconds (utime+stime from /proc/PID/stat, once it went idle after the
+# producer closed; its idle ticks are included) — both run on the same machine,
 # so on 2 cores the agent's parsing bounds the wall-clock rate.
 # Results: stdout and bench/results/producer-<UTC date>.md.
 set -euo pipefail
@@ -68,7 +69,15 @@ for kind in $KINDS; do
         done
         a0=$(agent_ticks)
         line=$("$BENCH" "http://127.0.0.1:$port/ingest" "$kind" "$COUNT" "$io" "$COMPRESSION")
+        # Admitted is not yet processed: wait until the agent is idle
+        # (its CPU time still for 0.5 s, at most 30 s) before reading it.
         a1=$(agent_ticks)
+        for _ in $(seq 60); do
+            sleep 0.5
+            a2=$(agent_ticks)
+            [ "$a2" = "$a1" ] && break
+            a1=$a2
+        done
         kill "$AGENT"; wait "$AGENT" 2>/dev/null || true; AGENT=""
         rm -rf "$WORK/data"
         echo "$line" >&2

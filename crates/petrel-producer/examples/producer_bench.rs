@@ -70,9 +70,26 @@ fn main() {
             }
         })
         .collect();
+    // All strings in one buffer in sending order, as an application's
+    // freshly built record would be close together (separate allocations
+    // made the bench mostly measure cache misses on its own pool).
+    let arena: String = pool
+        .iter()
+        .flat_map(|f| f.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
+        .collect();
+    let mut off = 0;
+    let mut take = |n: usize| {
+        let s = &arena[off..off + n];
+        off += n;
+        s
+    };
     let refs: Vec<Vec<(&str, &str)>> = pool
         .iter()
-        .map(|f| f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+        .map(|f| {
+            f.iter()
+                .map(|(k, v)| (take(k.len()), take(v.len())))
+                .collect()
+        })
         .collect();
     let with_time = kind != "newstructured";
     let mut cfg = Config::new(a[1].clone());

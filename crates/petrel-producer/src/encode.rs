@@ -62,34 +62,40 @@ fn word_needs_escape(w: u64) -> bool {
     (ctl | zero(q) | zero(bs)) & HI != 0
 }
 
+/// True when no byte of `b` needs escaping, tested eight bytes at a time
+/// (the tail padded with a harmless byte), without a per-byte loop.
+fn is_plain(b: &[u8]) -> bool {
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        if word_needs_escape(u64::from_le_bytes(w)) {
+            return false;
+        }
+    }
+    let rest = chunks.remainder();
+    let mut w = [b'a'; 8];
+    w[..rest.len()].copy_from_slice(rest);
+    !word_needs_escape(u64::from_le_bytes(w))
+}
+
 fn push_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     out.reserve(b.len() + 2);
     out.push(b'"');
-    let mut start = 0;
-    let mut i = 0;
-    while i < b.len() {
-        // Plain text goes eight bytes per step.
-        if i + 8 <= b.len() {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i..i + 8]);
-            if !word_needs_escape(u64::from_le_bytes(w)) {
-                i += 8;
-                continue;
-            }
-        }
-        let end = (i + 8).min(b.len());
-        while i < end {
-            let c = b[i];
+    if is_plain(b) {
+        out.extend_from_slice(b);
+    } else {
+        let mut start = 0;
+        for (i, &c) in b.iter().enumerate() {
             if NEEDS_ESCAPE[c as usize] {
                 out.extend_from_slice(&b[start..i]);
                 escape(out, c);
                 start = i + 1;
             }
-            i += 1;
         }
+        out.extend_from_slice(&b[start..]);
     }
-    out.extend_from_slice(&b[start..]);
     out.push(b'"');
 }
 

@@ -268,6 +268,17 @@ impl Producer {
     }
 }
 
+impl Drop for Producer {
+    /// A producer collected without `close()`: close it (5 s) without the
+    /// GIL, which callbacks run by the IO threads being joined need.
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        Python::with_gil(|py| {
+            py.allow_threads(|| inner.close(Duration::from_secs(5)));
+        });
+    }
+}
+
 #[pymodule]
 fn petrel_producer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Producer>()?;

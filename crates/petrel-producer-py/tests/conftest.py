@@ -1,5 +1,6 @@
 """Runs a real `petrel run` (HTTP source -> ndjson file sink) for the tests."""
 
+import ctypes
 import json
 import os
 import pathlib
@@ -37,6 +38,11 @@ def wait_for(timeout, what, check):
         time.sleep(0.05)
 
 
+def _die_with_parent():
+    # PR_SET_PDEATHSIG: the agent must not outlive a killed test run.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
 class Agent:
     def __init__(self, tmp, port):
         self.tmp = pathlib.Path(tmp)
@@ -59,6 +65,7 @@ class Agent:
             [petrel_bin(), "run", "--config", str(cfg), "--data-dir", str(self.tmp / "data"),
              "--api-addr", "127.0.0.1:0"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
 
         def up():

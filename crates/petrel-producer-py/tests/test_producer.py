@@ -145,3 +145,17 @@ def test_bad_config_is_a_value_error():
     with pytest.raises(ValueError):
         Producer("http://127.0.0.1:1/", compression="brotli")
     assert petrel_producer.Producer is Producer
+
+
+def test_collecting_an_unclosed_producer_with_pending_callbacks_does_not_hang(agent):
+    import gc
+
+    got = []
+    p = Producer(agent.endpoint, linger_ms=60000)
+    for i in range(100):
+        p.send_with_callback({"n": str(i)}, got.append)
+    del p
+    gc.collect()
+    # Dropping closed it: the queued records were delivered, callbacks ran.
+    assert len(got) == 100 and all(o["status"] == "delivered" for o in got)
+    agent.wait_exactly_once(100)

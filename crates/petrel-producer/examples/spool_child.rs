@@ -1,11 +1,14 @@
 //! Sends numbered records (`n`) through a producer with a spool, for the
 //! crash test: `spool_child ENDPOINT SPOOL_DIR FLUSH_AT`. After FLUSH_AT
-//! records it flushes, prints `FLUSHED <FLUSH_AT>`, and sends on until
-//! killed.
+//! records it flushes and prints `FLUSHED <FLUSH_AT>`; then it sends
+//! FLUSH_AT more, slowly, printing `S <n>` for each record reported
+//! spooled, and waits to be killed.
 
 use std::time::Duration;
 
-use petrel_producer::{Compression, Config, Producer, Record};
+use std::io::Write;
+
+use petrel_producer::{Compression, Config, Outcome, Producer, Record};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -28,12 +31,25 @@ fn main() {
         }
     };
     let mut n = 0u64;
-    loop {
+    while n < 2 * flush_at {
         let s = n.to_string();
-        if let Err(e) = p.send(&Record::new(&[
-            ("n", &s),
+        let fields = [
+            ("n", s.as_str()),
             ("pad", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
-        ])) {
+        ];
+        let rec = Record::new(&fields);
+        let sent = if n < flush_at {
+            p.send(&rec)
+        } else {
+            let me = n;
+            p.send_with_callback(&rec, move |o| {
+                if matches!(o, Outcome::Spooled { .. }) {
+                    // Printed only once durable: the test holds us to it.
+                    let _ = writeln!(std::io::stdout().lock(), "S {me}");
+                }
+            })
+        };
+        if let Err(e) = sent {
             eprintln!("send {n}: {e}");
             std::thread::sleep(Duration::from_millis(1));
             continue;
@@ -46,5 +62,12 @@ fn main() {
             }
             println!("FLUSHED {n}");
         }
+        if n > flush_at && n % 20 == 0 {
+            // Spread the rest over about a second: the kill lands mid-stream.
+            std::thread::sleep(Duration::from_micros(1000));
+        }
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
     }
 }

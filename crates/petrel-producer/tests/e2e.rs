@@ -202,7 +202,7 @@ fn spooled_records_survive_kill_9_and_a_restart() {
         .expect("spawn examples/spool_child (cargo test builds it)");
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = tx.send(line);
         }
@@ -213,6 +213,24 @@ fn spooled_records_survive_kill_9_and_a_restart() {
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+    reader.join().unwrap();
+    // Every record the child was told is spooled must arrive too.
+    let mut promised: HashSet<u64> = (0..FLUSHED).collect();
+    let mut later = 0;
+    for line in rx.try_iter() {
+        if let Some(n) = line.strip_prefix("S ").and_then(|n| n.parse().ok()) {
+            promised.insert(n);
+            later += 1;
+        }
+    }
+    assert!(
+        later > 0,
+        "killed before anything after the flush was spooled"
+    );
+    assert!(
+        later < FLUSHED,
+        "the child finished before the kill: not mid-stream"
+    );
     assert!(petrel_spool::spool_bytes(&spool).unwrap() > 0);
 
     let _agent = Agent::start(dir.path(), port, &out);
@@ -221,14 +239,14 @@ fn spooled_records_survive_kill_9_and_a_restart() {
     let p = Producer::new(cfg).unwrap();
     let h = wait_for(LONG, "the spool to be sent", || {
         let h = numbers(&out);
-        let missing = (0..FLUSHED).filter(|i| !h.contains_key(i)).count();
-        if missing == 0
-            && p.counters().sent_from_spool == h.values().map(|&c| c as u64).sum::<u64>()
-        {
+        let missing = promised.iter().filter(|i| !h.contains_key(i)).count();
+        let arrived: u64 = h.values().map(|&c| c as u64).sum();
+        if missing == 0 && p.counters().sent_from_spool == arrived {
             Ok(h)
         } else {
             Err(format!(
-                "{missing} of {FLUSHED} missing, counters {:?}",
+                "{missing} of {} spooled records missing, counters {:?}",
+                promised.len(),
                 p.counters()
             ))
         }

@@ -34,11 +34,18 @@ pub fn petrel_bin() -> PathBuf {
     p
 }
 
-/// A directory of the crate's examples (`cargo test` builds them).
+/// One of the crate's examples. `cargo test -p petrel-producer` builds
+/// them; `cargo test --test e2e` alone does not (it may run a stale one).
 pub fn example_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-    profile_dir.join("examples").join(name)
+    let p = profile_dir.join("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release -p petrel-producer --examples`",
+        p.display()
+    );
+    p
 }
 
 pub fn tempdir() -> tempfile::TempDir {

@@ -62,7 +62,7 @@ fn main() {
             }
             println!("FLUSHED {n}");
         }
-        if n > flush_at && n % 20 == 0 {
+        if n > flush_at && n.is_multiple_of(20) {
             // Spread the rest over about a second: the kill lands mid-stream.
             std::thread::sleep(Duration::from_micros(1000));
         }

@@ -431,11 +431,16 @@ async fn handle(req: Request<Incoming>, s: &Shared, peer: Arc<str>) -> Response<
             },
             Err(_) => return decode_error(Inflate::Invalid, c, s.max_body),
         },
+        // The LZ4 frame format (what `lz4 -c` writes), as the producer SDK sends it.
+        Some("lz4") => match inflate(lz4_flex::frame::FrameDecoder::new(&body[..]), s.max_body) {
+            Ok(b) => b,
+            Err(r) => return decode_error(r, c, s.max_body),
+        },
         Some(other) => {
             c.bad_request.inc();
             return error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                &format!("unsupported Content-Encoding `{other}`; use gzip, zstd or none"),
+                &format!("unsupported Content-Encoding `{other}`; use gzip, zstd, lz4 or none"),
             );
         }
     };
@@ -684,6 +689,28 @@ mod tests {
         );
         assert!(matches!(
             inflate(flate2::read::MultiGzDecoder::new(&b"not gzip"[..]), 100),
+            Err(Inflate::Invalid)
+        ));
+    }
+
+    #[test]
+    fn lz4_frames_are_inflated_within_the_limit() {
+        let body = b"{\"a\":1}\n".repeat(10_000);
+        let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+        std::io::Write::write_all(&mut enc, &body).unwrap();
+        let lz = enc.finish().unwrap();
+        assert!(lz.len() < body.len() / 10);
+        let got = inflate(lz4_flex::frame::FrameDecoder::new(&lz[..]), body.len()).ok();
+        assert_eq!(got.as_deref(), Some(&body[..]));
+        assert!(matches!(
+            inflate(lz4_flex::frame::FrameDecoder::new(&lz[..]), body.len() - 1),
+            Err(Inflate::TooLarge)
+        ));
+        assert!(matches!(
+            inflate(
+                lz4_flex::frame::FrameDecoder::new(&b"not lz4 at all"[..]),
+                100
+            ),
             Err(Inflate::Invalid)
         ));
     }

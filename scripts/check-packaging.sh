@@ -90,27 +90,29 @@ step "dpkg-deb --contents"
 contents=$(dpkg-deb --contents "$deb")
 echo "$contents"
 for want in ./usr/bin/petrel ./etc/petrel/pipelines/example.yaml.disabled \
-    ./lib/systemd/system/petrel.service ./usr/share/doc/petrel/copyright \
+    ./usr/lib/systemd/system/petrel.service ./usr/share/doc/petrel/copyright \
     ./usr/share/doc/petrel/README.md ./usr/share/doc/petrel/examples/nginx-kafka.yaml \
     ./usr/share/doc/petrel/contrib/prometheus/alerts.yml \
     ./usr/share/doc/petrel/contrib/grafana/petrel.json \
-    ./usr/share/lintian/overrides/petrel; do
+    ./usr/share/doc/petrel/changelog.Debian.gz ./usr/share/lintian/overrides/petrel; do
     grep -Eq " ${want//./\\.}\$" <<<"$contents" || fail "package lacks $want"
 done
-grep -Eq '^-rwxr-xr-x root/root .* \./usr/bin/petrel$' <<<"$contents" ||
+grep -Eq '^-rwxr-xr-x (root/root|0/0) .* \./usr/bin/petrel$' <<<"$contents" ||
     fail "/usr/bin/petrel is not root-owned 0755"
 # The packaged binary runs and the packaged unit is the one verified above.
 x=$(mktemp -d -p "$unit_dir")
 dpkg-deb -x "$deb" "$x"
 "$x/usr/bin/petrel" --version
-cmp "$x/lib/systemd/system/petrel.service" contrib/systemd/petrel.service ||
+cmp "$x/usr/lib/systemd/system/petrel.service" contrib/systemd/petrel.service ||
     fail "packaged unit differs from contrib/systemd/petrel.service"
 
 step "lintian"
 # --fail-on warning too: a warning is accepted only through an override
 # with its reason (crates/petrel/debian/lintian-overrides).
-lintian --fail-on error,warning --display-info --show-overrides "$deb" ||
-    fail "lintian"
+lintian --fail-on error,warning --display-info "$deb" || fail "lintian"
+# What is overridden, and why (with --show-overrides lintian would count
+# the overridden tags as failures, hence a second, listing-only run).
+lintian --show-overrides "$deb" 2>/dev/null | grep -E '^(N|O): ' || true
 
 step "dashboard, alert rules and examples against the real binary"
 cargo test --release --locked -p petrel --test operability

@@ -106,6 +106,45 @@ dpkg-deb -x "$deb" "$x"
 cmp "$x/usr/lib/systemd/system/petrel.service" contrib/systemd/petrel.service ||
     fail "packaged unit differs from contrib/systemd/petrel.service"
 
+step "CAP_DAC_READ_SEARCH instead of root (as the unit runs it)"
+# The packaged binary, as an unprivileged user with only the unit's ambient
+# capability, reads a root-only log; without the capability it cannot (so
+# the check means something).
+command -v setpriv >/dev/null 2>&1 || fail "setpriv (util-linux) not found"
+[[ $(id -u) -eq 0 ]] || fail "the capability check needs root (setpriv --reuid)"
+cap=$(mktemp -d -p "$unit_dir")
+[[ -n $cap && -d $cap ]] || fail "mktemp"
+chmod 755 "$unit_dir" "$x" "$cap"
+install -d -m 700 "$cap/logs"
+echo "root-only line" >"$cap/logs/secret.log"
+chmod 600 "$cap/logs/secret.log"
+printf 'sources:\n  - type: file\n    include: ["%s/logs/*.log"]\n    read_from: beginning\nsinks:\n  - type: file\n    path: %s/data/out.log\n' \
+    "$cap" "$cap" >"$cap/p.yaml"
+read_as_nobody() { # $@: extra setpriv arguments; prints what the agent delivered
+    rm -rf "${cap:?}/data"
+    install -d -o nobody -m 755 "$cap/data"
+    setpriv --reuid=nobody --regid=nogroup --clear-groups "$@" \
+        "$x/usr/bin/petrel" run --config "$cap/p.yaml" --data-dir "$cap/data" \
+        --api-addr 127.0.0.1:0 --no-watch-config 2>"$cap/agent.log" &
+    local pid=$! i
+    for ((i = 0; i < 300; i++)); do
+        grep -q "root-only line" "$cap/data/out.log" 2>/dev/null && break
+        grep -q "cannot list directory" "$cap/agent.log" && break
+        sleep 0.1
+    done
+    kill "$pid"
+    wait "$pid" || true
+    cat "$cap/data/out.log" 2>/dev/null || true
+}
+got=$(read_as_nobody --inh-caps=+dac_read_search --ambient-caps=+dac_read_search)
+if [[ $got != "root-only line" ]]; then
+    cat "$cap/agent.log"
+    fail "with CAP_DAC_READ_SEARCH the agent did not read the root-only log"
+fi
+got=$(read_as_nobody)
+[[ -z $got ]] || fail "without the capability the agent read the root-only log: the check proves nothing"
+echo "a root-only log is read as nobody with CAP_DAC_READ_SEARCH alone, and not without it"
+
 step "lintian"
 # --fail-on warning too: a warning is accepted only through an override
 # with its reason (crates/petrel/debian/lintian-overrides).

@@ -94,7 +94,8 @@ for want in ./usr/bin/petrel ./etc/petrel/pipelines/example.yaml.disabled \
     ./usr/share/doc/petrel/README.md ./usr/share/doc/petrel/examples/nginx-kafka.yaml \
     ./usr/share/doc/petrel/contrib/prometheus/alerts.yml \
     ./usr/share/doc/petrel/contrib/grafana/petrel.json \
-    ./usr/share/doc/petrel/changelog.Debian.gz ./usr/share/lintian/overrides/petrel; do
+    ./usr/share/doc/petrel/changelog.Debian.gz ./usr/share/man/man1/petrel.1.gz \
+    ./usr/share/lintian/overrides/petrel; do
     grep -Eq " ${want//./\\.}\$" <<<"$contents" || fail "package lacks $want"
 done
 grep -Eq '^-rwxr-xr-x (root/root|0/0) .* \./usr/bin/petrel$' <<<"$contents" ||

@@ -179,12 +179,37 @@ fn init_logging(level: Option<&str>, format: LogFormat) {
             .init(),
         // Flattened so that collectors find `message` and the fields at the
         // top level; spans are not used by the agent, so they are left out.
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .init(),
+        LogFormat::Json => {
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .init();
+            // The default panic report is several plain-text lines (more
+            // with RUST_BACKTRACE), which would break a line-by-line JSON
+            // reader; processor panics are survivable, so they do happen.
+            std::panic::set_hook(Box::new(log_panic));
+        }
+    }
+}
+
+/// Logs a panic as one error record (`--log-format json`).
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let payload = info.payload();
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)");
+    let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+    let current = std::thread::current();
+    let thread = current.name().unwrap_or("<unnamed>");
+    let backtrace = std::backtrace::Backtrace::capture();
+    if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+        tracing::error!(thread, location, backtrace = %backtrace, "panicked: {msg}");
+    } else {
+        tracing::error!(thread, location, "panicked: {msg}");
     }
 }
 

@@ -109,6 +109,58 @@ fn log_format_json_writes_one_object_per_stderr_line() {
 }
 
 #[test]
+fn log_format_json_keeps_a_panic_on_one_json_line() {
+    let dir = tempdir();
+    let input = dir.path().join("in.log");
+    let out = dir.path().join("out.log");
+    append(&input, b"before\nPOISON-EVENT\nafter\n");
+    let cfg = write_config(
+        dir.path(),
+        "app",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: fields\n    add: {{ stage: one }}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: text\n",
+            input.display(),
+            out.display()
+        ),
+    );
+    let mut agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--log-format".into(), "json".into()],
+            // The agent's test hook: processing an event holding this text
+            // panics (the pipeline isolates and drops that event).
+            env: vec![
+                ("PETREL_TEST_PANIC_ON".into(), "POISON-EVENT".into()),
+                ("RUST_BACKTRACE".into(), "1".into()),
+            ],
+            ..Default::default()
+        },
+    );
+    wait_lines(&out, 2);
+    wait_for(MEDIUM, "the panic to be logged", || {
+        let s = agent.stderr();
+        if s.contains("panicked") {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    });
+    agent.stop();
+    let stderr = agent.stderr();
+    let lines = json_log_lines(&stderr);
+    let panic = lines
+        .iter()
+        .find(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("panicked"))
+        })
+        .unwrap_or_else(|| panic!("no panic record:\n{stderr}"));
+    assert_eq!(panic["level"], "ERROR", "{panic}");
+}
+
+#[test]
 fn log_format_json_reports_an_invalid_configuration_as_json() {
     let dir = tempdir();
     let cfg = write_config(dir.path(), "bad", "sources:\n  - type: nope\nsinks: []\n");

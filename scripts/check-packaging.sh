@@ -70,6 +70,10 @@ out=$(systemd-analyze verify "$unit_dir/petrel.service" 2>&1) || {
 if grep -F "petrel.service" <<<"$out"; then
     fail "systemd-analyze verify reported problems"
 fi
+# The hardening must not regress: systemd rates this unit's exposure 1.7
+# (of 10; 10 is an unsandboxed root service); fail above 2.5.
+systemd-analyze security --offline=true --threshold=25 "$unit_dir/petrel.service" | tail -1 ||
+    fail "systemd-analyze security: the unit's exposure rose above 2.5"
 echo "unit OK"
 
 step "dpkg-deb --info"

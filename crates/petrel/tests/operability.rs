@@ -391,6 +391,64 @@ fn exported_names(metrics: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Labels a PromQL expression relies on: (label, Some(value)) for an
+/// equality matcher on a constant, (label, None) for other matchers and
+/// grouping clauses. `job` and `instance` (Prometheus's own) are left out.
+fn label_refs(expr: &str) -> BTreeSet<(String, Option<String>)> {
+    let braces = regex::Regex::new(r"\{([^}]*)\}").expect("regex");
+    let matcher =
+        regex::Regex::new(r#"([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)""#)
+            .expect("regex");
+    let grouping = regex::Regex::new(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)").expect("regex");
+    let mut out = BTreeSet::new();
+    for b in braces.captures_iter(expr) {
+        for m in matcher.captures_iter(&b[1]) {
+            let value = (&m[2] == "=" && !m[3].contains('$')).then(|| m[3].to_string());
+            out.insert((m[1].to_string(), value));
+        }
+    }
+    for g in grouping.captures_iter(expr) {
+        for l in g[1].split(',').map(str::trim).filter(|l| !l.is_empty()) {
+            out.insert((l.to_string(), None));
+        }
+    }
+    out.retain(|(l, _)| l != "job" && l != "instance");
+    out
+}
+
+/// Every (label, value) pair of the samples of an exposition.
+fn exported_labels(metrics: &str) -> BTreeSet<(String, String)> {
+    let pair = regex::Regex::new(r#"([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)""#).expect("regex");
+    let mut out = BTreeSet::new();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        if let Some((_, rest)) = line.split_once('{') {
+            let block = rest.rsplit_once('}').map_or(rest, |(b, _)| b);
+            for p in pair.captures_iter(block) {
+                out.insert((p[1].to_string(), p[2].to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn label_extraction() {
+    let refs = label_refs(
+        r#"sum by (pipeline, le) (rate(m_bucket{instance=~"$i", kind="sink", reason!="filtered", p=~"$p"}[5m])) and on (instance) x"#,
+    );
+    let want: BTreeSet<(String, Option<String>)> = [
+        ("kind", Some("sink")),
+        ("le", None),
+        ("p", None),
+        ("pipeline", None),
+        ("reason", None),
+    ]
+    .iter()
+    .map(|(l, v)| (l.to_string(), v.map(str::to_string)))
+    .collect();
+    assert_eq!(refs, want);
+}
+
 #[test]
 fn metric_name_extraction() {
     let names = metric_names(
@@ -426,10 +484,12 @@ fn dashboard_and_alert_rules_use_only_exported_metrics() {
     );
     exprs.extend(rule_exprs);
     let mut wanted = BTreeSet::new();
+    let mut wanted_labels = BTreeSet::new();
     for e in &exprs {
         let names = metric_names(e);
         assert!(!names.is_empty(), "no metric found in {e:?}");
         wanted.extend(names);
+        wanted_labels.extend(label_refs(e));
     }
     // Made by Prometheus itself for every scrape target.
     wanted.remove("up");
@@ -469,14 +529,28 @@ fn dashboard_and_alert_rules_use_only_exported_metrics() {
     assert_eq!(status, 200, "{body}");
     wait_for(
         MEDIUM,
-        "every dashboard and alert metric in /metrics",
+        "every dashboard and alert metric and label in /metrics",
         || {
-            let have = exported_names(&agent.metrics());
+            let text = agent.metrics();
+            let have = exported_names(&text);
             let missing: Vec<&String> = wanted.iter().filter(|n| !have.contains(*n)).collect();
+            if !missing.is_empty() {
+                return Err(format!("missing {missing:?}; exported: {have:?}"));
+            }
+            // A misspelt label or value would make a panel empty and an
+            // alert never fire.
+            let labels = exported_labels(&text);
+            let missing: Vec<_> = wanted_labels
+                .iter()
+                .filter(|(l, v)| match v {
+                    Some(v) => !labels.contains(&(l.clone(), v.clone())),
+                    None => !labels.iter().any(|(have, _)| have == l),
+                })
+                .collect();
             if missing.is_empty() {
                 Ok(())
             } else {
-                Err(format!("missing {missing:?}; exported: {have:?}"))
+                Err(format!("labels not exported: {missing:?}"))
             }
         },
     );

@@ -84,6 +84,10 @@ struct RunArgs {
     /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG.
     #[arg(long)]
     log_level: Option<String>,
+    /// Format of the agent's own log lines on stderr: `text` for people,
+    /// `json` (one object per line) for log pipelines such as Kubernetes'.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "PETREL_LOG_FORMAT")]
+    log_format: LogFormat,
     /// Longest wait, in seconds, for in-flight data at shutdown (and for
     /// draining a pipeline changed by a reload).
     #[arg(long, default_value_t = 30)]
@@ -148,19 +152,65 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}` is not a byte count such as 1048576, 64MiB or 10MB"))
 }
 
-fn init_logging(level: Option<&str>) {
+/// Format of the agent's own logs (`--log-format`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// One human-readable line per record.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `message` and the
+    /// record's fields at the top level.
+    Json,
+}
+
+fn init_logging(level: Option<&str>, format: LogFormat) {
     let filter = level
         .map(str::to_string)
         .or_else(|| std::env::var("PETREL_LOG").ok())
         .unwrap_or_else(|| "info".into());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // Flattened so that collectors find `message` and the fields at the
+        // top level; spans are not used by the agent, so they are left out.
+        LogFormat::Json => {
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .init();
+            // The default panic report is several plain-text lines (more
+            // with RUST_BACKTRACE), which would break a line-by-line JSON
+            // reader; processor panics are survivable, so they do happen.
+            std::panic::set_hook(Box::new(log_panic));
+        }
+    }
+}
+
+/// Logs a panic as one error record (`--log-format json`).
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let payload = info.payload();
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)");
+    let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+    let current = std::thread::current();
+    let thread = current.name().unwrap_or("<unnamed>");
+    let backtrace = std::backtrace::Backtrace::capture();
+    if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+        tracing::error!(thread, location, backtrace = %backtrace, "panicked: {msg}");
+    } else {
+        tracing::error!(thread, location, "panicked: {msg}");
+    }
 }
 
 fn main() -> ExitCode {
@@ -223,12 +273,17 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Run(a) => {
-            init_logging(a.log_level.as_deref());
+            init_logging(a.log_level.as_deref(), a.log_format);
+            let format = a.log_format;
             match run(a) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(RunError::Config(errs)) => {
                     for e in errs {
-                        eprintln!("{e}");
+                        // A JSON log stream must stay parseable line by line.
+                        match format {
+                            LogFormat::Text => eprintln!("{e}"),
+                            LogFormat::Json => tracing::error!("{e}"),
+                        }
                     }
                     ExitCode::from(2)
                 }

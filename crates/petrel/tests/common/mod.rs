@@ -149,6 +149,7 @@ pub fn run_to_end<S: AsRef<std::ffi::OsStr>>(
         .current_dir(cwd)
         .args(args)
         .env_remove("PETREL_LOG")
+        .env_remove("PETREL_LOG_FORMAT")
         .env_remove("PETREL_DATA_DIR")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -265,6 +266,7 @@ impl Agent {
             .args(["--api-addr", "127.0.0.1:0", "--log-level", "info"])
             .args(&opts.args)
             .env_remove("PETREL_LOG")
+            .env_remove("PETREL_LOG_FORMAT")
             .env_remove("PETREL_DATA_DIR")
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -506,7 +508,8 @@ impl Drop for Agent {
 
 fn parse_api_port(line: &str) -> Option<u16> {
     let rest = line.split("API listening on http://").nth(1)?;
-    let addr = rest.split_whitespace().next()?;
+    // Ends at white space (text logs) or at the closing quote (`--log-format json`).
+    let addr = rest.split(|c: char| c.is_whitespace() || c == '"').next()?;
     addr.rsplit(':').next()?.parse().ok()
 }
 

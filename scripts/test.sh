@@ -4,8 +4,10 @@
 # broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh)
 # and real HTTP servers, util-linux logger and openssl as syslog/TLS
 # clients, a real Apache httpd driven by ab (seed 004), all on 127.0.0.1;
-# then every fuzz target for a short bounded time (nightly toolchain and
-# cargo-fuzz installed when missing).
+# the Python producer package against a real agent, the Debian package
+# and the operations artefacts checked by their real tools, then every
+# fuzz target for a short bounded time (nightly toolchain and cargo-fuzz
+# installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -21,6 +23,10 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --release --locked
+echo "== the Python producer package (maturin + pytest in a private venv)"
+./scripts/test-python-producer.sh
+echo "== packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard"
+./scripts/check-packaging.sh
 echo "== fuzz every target briefly (scripts/fuzz.sh)"
 if ! rustup toolchain list | grep -q '^nightly'; then
     rustup toolchain install nightly --profile minimal

@@ -233,6 +233,10 @@ start_receiver() { # NAME WD PORT OUT
     case "$name" in
     rsyslog)
         mkdir -p "$wd/rsyslog-work"
+        # Built outside the here-document: there, quotes inside ${..:+..}
+        # are dropped, and rsyslog needs the number quoted.
+        local rcvbuf=""
+        [[ -z "$BENCH_UDP_RCVBUF" ]] || rcvbuf=" rcvbufSize=\"$BENCH_UDP_RCVBUF\""
         cat > "$wd/rsyslog.conf" <<EOF
 # bench/syslog.sh: a private rsyslogd (no imuxsock, no /var paths).
 global(workDirectory="$wd/rsyslog-work")
@@ -243,7 +247,7 @@ ruleset(name="bench") {
     action(type="omfile" file="$out" template="bench_msg")
 }
 input(type="imptcp" address="127.0.0.1" port="$port" ruleset="bench")
-input(type="imudp" address="127.0.0.1" port="$port" ruleset="bench"${BENCH_UDP_RCVBUF:+ rcvbufSize="$BENCH_UDP_RCVBUF"})
+input(type="imudp" address="127.0.0.1" port="$port" ruleset="bench"$rcvbuf)
 EOF
         if ! "$RSYSLOGD" -N1 -f "$wd/rsyslog.conf" "${RSYSLOG_ARGS[@]}" > "$wd/check.log" 2>&1; then
             echo "rsyslogd rejects its config: $(tr '\n' ' ' < "$wd/check.log")" > "$wd/skip"

@@ -43,6 +43,16 @@ enum Cmd {
     /// writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running
     /// agent reads it with `sources: [{type: spool, path: DIR}]`.
     Pipe(PipeArgs),
+    /// A live terminal view of a running agent (rates per component, lag
+    /// per file, memory, CPU), read from its API; `q` quits.
+    Top {
+        /// The agent's `--api-addr`.
+        #[arg(long, default_value = "127.0.0.1:8686")]
+        api_addr: String,
+        /// Milliseconds between two readings.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -226,6 +236,16 @@ fn main() -> ExitCode {
                     println!("{e}");
                 }
                 ExitCode::from(2)
+            }
+        },
+        Cmd::Top {
+            api_addr,
+            interval_ms,
+        } => match petrel::top::run(&api_addr, Duration::from_millis(interval_ms.max(100))) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("petrel top: {e:#}");
+                ExitCode::from(1)
             }
         },
         Cmd::Pipe(a) => {

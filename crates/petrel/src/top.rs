@@ -146,6 +146,9 @@ struct Counters {
 /// Key of a component: pipeline, kind, id, type.
 type ComponentKey = (String, String, String, String);
 
+/// A file of a pipeline: (pipeline, path).
+type FileKey = (String, String);
+
 /// What one scrape says.
 #[derive(Debug, Default, Clone)]
 struct Snapshot {
@@ -154,7 +157,7 @@ struct Snapshot {
     /// Per component: latency histogram buckets (le, cumulative count).
     latency: HashMap<ComponentKey, Vec<(f64, f64)>>,
     /// (pipeline, path) → lag bytes, read offset.
-    files: HashMap<(String, String), (f64, f64)>,
+    files: HashMap<FileKey, (f64, f64)>,
     memory_used: f64,
     memory_limit: f64,
     cpu_seconds: f64,
@@ -467,7 +470,7 @@ impl App {
             table,
         );
         // Files by lag, largest first.
-        let mut lag: Vec<(&(String, String), &(f64, f64))> = cur.files.iter().collect();
+        let mut lag: Vec<(&FileKey, &(f64, f64))> = cur.files.iter().collect();
         lag.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(a.0.cmp(b.0)));
         let prev = self.previous.as_ref();
         let secs = match (prev.and_then(|p| p.at), cur.at) {

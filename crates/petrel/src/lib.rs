@@ -12,4 +12,5 @@ pub mod processors;
 pub mod registry;
 pub mod sinks;
 pub mod sources;
+pub mod testcmd;
 pub mod topology;

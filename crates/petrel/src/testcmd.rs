@@ -202,11 +202,7 @@ fn tests_in(dir: &Path, accept: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>, S
         .flatten()
         .map(|e| e.path())
         .filter(|p| config::is_test_file(p))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(&accept)
-        })
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&accept))
         .collect();
     v.sort();
     Ok(v)
@@ -294,7 +290,8 @@ fn load_suite(path: &Path, pipelines: &[PipelineConfig]) -> Result<Suite, Vec<Co
                     match names.iter().position(|x| *x == name) {
                         Some(i) => suite.pipeline = i,
                         None => {
-                            let mut msg = format!("`pipeline`: no pipeline `{name}` in the configuration");
+                            let mut msg =
+                                format!("`pipeline`: no pipeline `{name}` in the configuration");
                             if let Some(best) = closest(name, &names) {
                                 msg.push_str(&format!("; did you mean `{best}`?"));
                             }
@@ -315,7 +312,7 @@ fn load_suite(path: &Path, pipelines: &[PipelineConfig]) -> Result<Suite, Vec<Co
             if list.is_empty() {
                 n.error("`tests` is empty; add at least one test");
             }
-            if let Some(p) = errs.is_empty().then(|| &pipelines[suite.pipeline]) {
+            if let Some(p) = pipelines.get(suite.pipeline).filter(|_| errs.is_empty()) {
                 for (i, item) in list.into_iter().enumerate() {
                     if let Some(c) = parse_case(item, i, p) {
                         suite.cases.push(c);
@@ -362,9 +359,7 @@ fn parse_case(item: Node<'_>, i: usize, p: &PipelineConfig) -> Option<Case> {
         dropped: Vec::new(),
         events: Vec::new(),
     };
-    let Some(en) = m.required("expect", "{ count: 1 }") else {
-        return None;
-    };
+    let en = m.required("expect", "{ count: 1 }")?;
     let em = en.as_map(EXPECT_KEYS)?;
     case.count = em.u64("count", false);
     if let Some(d) = em.get("dropped") {
@@ -396,20 +391,24 @@ fn parse_event_expect(n: Node<'_>) -> Option<EventExpect> {
         // `- {}` or `-` with nothing: no assertion on this event.
         return Some(out);
     };
-    if let Some(eq) = m.get("equals").and_then(|e| e.as_map_quiet().or_else(|| {
-        e.error("`equals` must be a mapping of field to value");
-        None
-    })) {
+    if let Some(eq) = m.get("equals").and_then(|e| {
+        e.as_map_quiet().or_else(|| {
+            e.error("`equals` must be a mapping of field to value");
+            None
+        })
+    }) {
         for (k, v) in eq.entries() {
             if let Some(s) = v.as_str() {
                 out.equals.push((k.to_string(), s.to_string()));
             }
         }
     }
-    if let Some(mm) = m.get("matches").and_then(|e| e.as_map_quiet().or_else(|| {
-        e.error("`matches` must be a mapping of field to regular expression");
-        None
-    })) {
+    if let Some(mm) = m.get("matches").and_then(|e| {
+        e.as_map_quiet().or_else(|| {
+            e.error("`matches` must be a mapping of field to regular expression");
+            None
+        })
+    }) {
         for (k, v) in mm.entries() {
             if let Some(s) = v.as_str() {
                 match regex::Regex::new(s) {
@@ -420,7 +419,11 @@ fn parse_event_expect(n: Node<'_>) -> Option<EventExpect> {
         }
     }
     if let Some(a) = m.get("absent") {
-        out.absent = a.as_str_list().into_iter().map(|(s, _)| s.to_string()).collect();
+        out.absent = a
+            .as_str_list()
+            .into_iter()
+            .map(|(s, _)| s.to_string())
+            .collect();
     }
     Some(out)
 }

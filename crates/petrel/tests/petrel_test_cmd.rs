@@ -108,11 +108,18 @@ fn passing_suite_exits_0_and_counts_the_tests() {
         stdout.contains("ok   conf/web.test.yaml: requests become fields\n"),
         "{stdout}"
     );
-    assert!(stdout.contains("\n2 passed, 0 failed (1 test file(s))\n"), "{stdout}");
+    assert!(
+        stdout.contains("\n2 passed, 0 failed (1 test file(s))\n"),
+        "{stdout}"
+    );
     // Sources and sinks were never started.
     assert!(!dir.path().join("out.ndjson").exists());
     let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "conf"]);
-    assert_eq!(code, Some(0), "the test file must not count as a pipeline: {stdout}");
+    assert_eq!(
+        code,
+        Some(0),
+        "the test file must not count as a pipeline: {stdout}"
+    );
     assert!(stdout.contains("1 pipeline(s) valid"), "{stdout}");
 }
 
@@ -148,8 +155,14 @@ fn failing_suite_exits_1_and_prints_the_diff() {
         lines[start + 9].starts_with("    0: {\"message\":\"10.0.0.3 POST /login 302\""),
         "{stdout}"
     );
-    assert!(lines.contains(&"ok   fail.test.yaml: still passes"), "{stdout}");
-    assert!(stdout.contains("\n1 passed, 1 failed (1 test file(s))\n"), "{stdout}");
+    assert!(
+        lines.contains(&"ok   fail.test.yaml: still passes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n1 passed, 1 failed (1 test file(s))\n"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -170,7 +183,8 @@ fn malformed_test_file_exits_2_naming_file_line_and_key() {
         "{stdout}"
     );
     // A component that is not in the pipeline.
-    let bad_at = "pipeline: web\ntests:\n  - input: ['x']\n    at: prase\n    expect: { count: 1 }\n";
+    let bad_at =
+        "pipeline: web\ntests:\n  - input: ['x']\n    at: prase\n    expect: { count: 1 }\n";
     std::fs::write(dir.path().join("at.test.yaml"), bad_at).expect("write test");
     let (code, stdout, _) = run_to_end(dir.path(), &["test", "--config", "conf", "at.test.yaml"]);
     assert_eq!(code, Some(2), "{stdout}");

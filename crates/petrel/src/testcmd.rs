@@ -101,6 +101,8 @@ struct Outcome {
     problems: Vec<String>,
     /// The events seen, as JSON lines, shown under a failure.
     actual: Vec<String>,
+    /// Discarded counts by processor and reason, shown under a failure.
+    discarded: Vec<String>,
 }
 
 /// Runs `petrel test` and returns its exit status; the report goes to
@@ -163,6 +165,9 @@ pub fn run(opts: &TestOptions) -> u8 {
                 println!("FAIL {}: {}", s.shown, o.name);
                 for line in &o.problems {
                     println!("  {line}");
+                }
+                if !o.discarded.is_empty() {
+                    println!("  discarded: {}", o.discarded.join(", "));
                 }
                 println!("  actual events:");
                 if o.actual.is_empty() {
@@ -517,10 +522,17 @@ fn run_case(p: &PipelineConfig, c: &Case) -> anyhow::Result<Outcome> {
                 name: c.name.clone(),
                 problems,
                 actual: Vec::new(),
+                discarded: Vec::new(),
             });
         }
         slot.metrics.sent_events.inc_by(batch.events.len() as u64);
     }
+    let run_ids: &[&str] = &p
+        .processors
+        .iter()
+        .take(run.len())
+        .map(|(id, _)| id.as_str())
+        .collect::<Vec<_>>();
     let mut out = Vec::new();
     let mut ends = Vec::new();
     encode_batch(Encoding::Ndjson, &batch, &mut out, Some(&mut ends));
@@ -607,7 +619,35 @@ fn run_case(p: &PipelineConfig, c: &Case) -> anyhow::Result<Outcome> {
         name: c.name.clone(),
         problems,
         actual,
+        discarded: discarded_counts(&metrics, run_ids),
     })
+}
+
+/// `reason=N (processor)` for every non-zero discarded counter of the
+/// processors in `ids`, read back from the test's own metrics registry
+/// (the reasons are the processors' own, not known in advance).
+fn discarded_counts(metrics: &Metrics, ids: &[&str]) -> Vec<String> {
+    let text = metrics.render();
+    let label = |line: &str, name: &str| -> Option<String> {
+        let key = format!("{name}=\"");
+        let start = line.find(&key)? + key.len();
+        let len = line.get(start..)?.find('"')?;
+        line.get(start..start + len).map(str::to_string)
+    };
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with("petrel_component_discarded_events_total{") {
+            continue;
+        }
+        let (Some(id), Some(reason)) = (label(line, "component_id"), label(line, "reason")) else {
+            continue;
+        };
+        let count = line.rsplit(' ').next().unwrap_or_default();
+        if ids.contains(&id.as_str()) && count != "0" {
+            out.push(format!("{reason}={count} ({id})"));
+        }
+    }
+    out
 }
 
 /// Escapes text for XML attributes and content; characters XML 1.0 does
@@ -662,6 +702,9 @@ fn junit(results: &[(&Suite, Vec<Outcome>)], pipelines: &[PipelineConfig]) -> St
             }
             let first = o.problems.first().map(String::as_str).unwrap_or_default();
             let mut body = o.problems.join("\n");
+            if !o.discarded.is_empty() {
+                body.push_str(&format!("\ndiscarded: {}", o.discarded.join(", ")));
+            }
             body.push_str("\nactual events:\n");
             for (i, a) in o.actual.iter().enumerate() {
                 body.push_str(&format!("{i}: {a}\n"));

@@ -137,7 +137,7 @@ fn failing_suite_exits_1_and_prints_the_diff() {
         .position(|l| *l == "FAIL fail.test.yaml: wrong expectations")
         .unwrap_or_else(|| panic!("no FAIL line in:\n{stdout}"));
     assert_eq!(
-        lines[start + 1..start + 9],
+        lines[start + 1..start + 10],
         [
             "  count at the sinks' input: expected 2, got 1",
             "  dropped with reason `filtered` before the sinks' input: expected 0, got 1",
@@ -146,13 +146,14 @@ fn failing_suite_exits_1_and_prints_the_diff() {
             "  event 0, field `path`: expected a match of /^/api//, got \"/login\"",
             "  event 0, field `client`: expected absent, got \"10.0.0.3\"",
             "  event 1: expected an event, got none (1 event(s) at the sinks' input)",
+            "  discarded: filtered=1 (no_health)",
             "  actual events:",
         ],
         "{stdout}"
     );
     // The rest of the line holds this machine's host name.
     assert!(
-        lines[start + 9].starts_with("    0: {\"message\":\"10.0.0.3 POST /login 302\""),
+        lines[start + 10].starts_with("    0: {\"message\":\"10.0.0.3 POST /login 302\""),
         "{stdout}"
     );
     assert!(

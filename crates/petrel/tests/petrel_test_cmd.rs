@@ -183,6 +183,24 @@ fn malformed_test_file_exits_2_naming_file_line_and_key() {
         ],
         "{stdout}"
     );
+    // With several pipelines, the test file must say which.
+    let conf = dir.path().join("conf");
+    write_config(
+        &conf,
+        "other",
+        "sources:\n  - type: stdin\nsinks:\n  - type: blackhole\n",
+    );
+    let unnamed = "tests:\n  - input: ['x']\n    expect: { count: 1 }\n";
+    std::fs::write(dir.path().join("unnamed.test.yaml"), unnamed).expect("write test");
+    let (code, stdout, _) = run_to_end(
+        dir.path(),
+        &["test", "--config", "conf", "unnamed.test.yaml"],
+    );
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(
+        stdout,
+        "unnamed.test.yaml:1:1: missing required key `pipeline`: the configuration has several pipelines (other, web)\n"
+    );
     // A component that is not in the pipeline.
     let bad_at =
         "pipeline: web\ntests:\n  - input: ['x']\n    at: prase\n    expect: { count: 1 }\n";

@@ -48,6 +48,8 @@ pub fn load(path: &Path) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
             .flatten()
             .map(|e| e.path())
             .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+            // `petrel test` files live beside the pipelines they test.
+            .filter(|p| !is_test_file(p))
             .collect();
         v.sort();
         if v.is_empty() {
@@ -87,6 +89,13 @@ pub fn load(path: &Path) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
     } else {
         Err(errors)
     }
+}
+
+/// True for `*.test.yaml`/`*.test.yml`: `petrel test` files, not pipelines.
+pub fn is_test_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".test.yaml") || n.ends_with(".test.yml"))
 }
 
 /// Loads one pipeline file.

@@ -12,5 +12,6 @@ pub mod processors;
 pub mod registry;
 pub mod sinks;
 pub mod sources;
+pub mod testcmd;
 pub mod top;
 pub mod topology;

@@ -14,6 +14,7 @@ Examples:
   petrel run --config examples/quickstart.yaml --data-dir /tmp/petrel-data
   petrel run --config /etc/petrel/pipelines/ --threads 2 --memory-limit 128MiB
   petrel validate --config /etc/petrel/pipelines/
+  petrel test --config examples/pipelines/nginx-kafka.yaml --junit report.xml
   petrel pipe --spool-dir /var/lib/petrel/spool/apache   # as Apache's CustomLog \"|...\"
   petrel gen --format single128 --size 1GiB --output /tmp/single128.log
   petrel gen --format nginx283 --rate 10MB --duration 60 --output /tmp/access.log --rotate-bytes 100MB";
@@ -36,6 +37,20 @@ enum Cmd {
         /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline's
+    /// processor chain in-process and check the events at a component; exit
+    /// 0 when all pass, 1 when one fails, 2 on invalid config or test files.
+    Test {
+        /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
+        #[arg(long)]
+        config: PathBuf,
+        /// Write a JUnit XML report here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Test files or directories of them (default: `*.test.yaml` next
+        /// to the config).
+        tests: Vec<PathBuf>,
     },
     /// Write a benchmark data set.
     Gen(GenArgs),
@@ -248,6 +263,15 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Cmd::Test {
+            config,
+            junit,
+            tests,
+        } => ExitCode::from(petrel::testcmd::run(&petrel::testcmd::TestOptions {
+            config,
+            tests,
+            junit,
+        })),
         Cmd::Pipe(a) => {
             let opts = petrel::pipe::PipeOptions {
                 spool_dir: a.spool_dir,

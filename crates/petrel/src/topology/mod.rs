@@ -110,6 +110,26 @@ fn own_outputs(all: &[PipelineConfig], pipeline: &PipelineConfig) -> Vec<PathBuf
     out
 }
 
+/// Builds `p`'s processor chain through its plugins, each with its own
+/// counters in `metrics`. `petrel test` runs the same chain in-process.
+pub fn build_processors(
+    p: &PipelineConfig,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Vec<ProcessorSlot>> {
+    let mut processors = Vec::new();
+    for (id, c) in &p.processors {
+        let m = metrics.component(&p.name, "processor", id, c.type_name());
+        let processor = c
+            .build(m.clone())
+            .map_err(|e| anyhow::anyhow!("pipeline {} processor {id}: {e}", p.name))?;
+        processors.push(ProcessorSlot {
+            processor,
+            metrics: m,
+        });
+    }
+    Ok(processors)
+}
+
 /// A pipeline's components, built but not started: building can fail
 /// (a bad broker list, an unwritable path), starting cannot leave a
 /// half-replaced configuration behind.
@@ -242,19 +262,7 @@ impl Topology {
     }
 
     fn build(&self, p: PipelineConfig, outputs: Vec<PathBuf>) -> anyhow::Result<Built> {
-        let mut processors = Vec::new();
-        for (id, c) in &p.processors {
-            let m = self
-                .metrics
-                .component(&p.name, "processor", id, c.type_name());
-            let processor = c
-                .build(m.clone())
-                .map_err(|e| anyhow::anyhow!("pipeline {} processor {id}: {e}", p.name))?;
-            processors.push(ProcessorSlot {
-                processor,
-                metrics: m,
-            });
-        }
+        let mut processors = build_processors(&p, &self.metrics)?;
         if let Some(slot) = fault_injection(&self.metrics, &p.name) {
             processors.insert(0, slot);
         }

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod metrics;
 pub mod plugin;
 pub mod state;
+pub mod tap;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};

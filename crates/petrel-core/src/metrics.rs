@@ -64,6 +64,8 @@ pub struct Metrics {
     in_flight: Family<Labels, Gauge>,
     window: Family<Labels, Gauge>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Open taps (`petrel tap`) and the events they skipped.
+    pub taps: crate::tap::Taps,
 }
 
 /// Buckets of the delivery latency histogram: 1 ms to about 65 s.
@@ -110,6 +112,8 @@ impl Metrics {
     /// Creates and registers every family.
     pub fn new() -> Arc<Self> {
         let mut r = Registry::with_prefix("petrel");
+        let tap_skipped = Counter::default();
+        let tap_open = Gauge::default();
         let m = Self {
             received_events: Family::default(),
             received_bytes: Family::default(),
@@ -137,6 +141,7 @@ impl Metrics {
             in_flight: Family::default(),
             window: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
+            taps: crate::tap::Taps::new(tap_skipped.clone(), tap_open.clone()),
             registry: Mutex::new(Registry::default()),
         };
         r.register(
@@ -211,6 +216,12 @@ impl Metrics {
             "Configuration reloads by result",
             m.config_reloads.clone(),
         );
+        r.register(
+            "tap_skipped_events",
+            "Events a `petrel tap` client was too slow to take (skipped; the pipeline never waits for a tap)",
+            tap_skipped,
+        );
+        r.register("tap_open", "Taps (`petrel tap`) open now", tap_open);
         r.register(
             "api_refused_connections",
             "API connections closed at accept because too many were open",

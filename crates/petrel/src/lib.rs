@@ -12,6 +12,7 @@ pub mod processors;
 pub mod registry;
 pub mod sinks;
 pub mod sources;
+pub mod tapcmd;
 pub mod testcmd;
 pub mod top;
 pub mod topology;

@@ -58,6 +58,26 @@ enum Cmd {
     /// writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running
     /// agent reads it with `sources: [{type: spool, path: DIR}]`.
     Pipe(PipeArgs),
+    /// Print a sample of the events leaving a component of a running
+    /// agent (ndjson or their messages); the pipeline never waits for it.
+    Tap {
+        /// `PIPELINE` (the sinks' input) or `PIPELINE/COMPONENT` (a source:
+        /// what the pipeline's sources produce; a processor: its output; a
+        /// sink: its input).
+        target: String,
+        /// The agent's `--api-addr`.
+        #[arg(long, default_value = "127.0.0.1:8686")]
+        api_addr: String,
+        /// Stop after this many events.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// At most this many events per second.
+        #[arg(long)]
+        rate: Option<u64>,
+        /// `ndjson` (every field) or `text` (the message).
+        #[arg(long, value_enum, default_value_t = petrel::tapcmd::TapFormat::Ndjson)]
+        format: petrel::tapcmd::TapFormat,
+    },
     /// A live terminal view of a running agent (rates per component, lag
     /// per file, memory, CPU), read from its API; `q` quits.
     Top {
@@ -253,6 +273,28 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Cmd::Tap {
+            target,
+            api_addr,
+            limit,
+            rate,
+            format,
+        } => {
+            let o = petrel::tapcmd::TapOptions {
+                api_addr,
+                target,
+                limit,
+                rate,
+                format,
+            };
+            match petrel::tapcmd::run(&o, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("petrel tap: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::Top {
             api_addr,
             interval_ms,

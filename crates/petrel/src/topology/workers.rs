@@ -219,6 +219,9 @@ fn run_chain(p: &PipelineRuntime, batch: &mut EventBatch) -> Result<(), (usize, 
             slot.metrics.received_events.inc_by(before);
             slot.processor.process(batch);
             slot.metrics.sent_events.inc_by(batch.events.len() as u64);
+            p.metrics
+                .taps
+                .offer(|| slot.metrics.health_key().to_string(), batch);
         }
     }))
     .map_err(|e| (at.get(), panic_text(&*e).to_string()))
@@ -236,6 +239,9 @@ fn report_panic(p: &PipelineRuntime, slot: &ComponentMetrics, what: &str, msg: &
 }
 
 fn run_pipeline(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
+    p.metrics
+        .taps
+        .offer(|| format!("{}/source", p.name), &batch);
     if !p.processors.is_empty() {
         if p.isolating() {
             run_isolated(p, &mut batch);
@@ -280,6 +286,7 @@ fn run_isolated(p: &PipelineRuntime, batch: &mut EventBatch) {
 }
 
 fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
+    p.metrics.taps.offer(|| format!("{}/sink", p.name), &batch);
     let parts = match batch.ack.take() {
         Some(ack) => ack.split(p.sinks.len()),
         None => p

@@ -292,6 +292,28 @@ def install_signal_cleanup(children):
     signal.signal(signal.SIGINT, handler)
 
 
+def open_tap(p, mode, bin_path):
+    """Opens a tap on the whole pipeline (`pipeline`, the sinks' input):
+    `stalled` = a client that sends its request and never reads; `reading`
+    = `petrel tap` writing to /dev/null. Returns what to close afterwards.
+    Waits until the agent counts the tap as open."""
+    import socket
+    if mode == "stalled":
+        s = socket.create_connection(p.addr, timeout=10)
+        s.sendall(b"GET /tap?pipeline=pipeline HTTP/1.0\r\nHost: x\r\n\r\n")
+        handle = s
+    else:
+        handle = subprocess.Popen(
+            [bin_path, "tap", "pipeline", "--api-addr", f"{p.addr[0]}:{p.addr[1]}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while p.total(p.metrics(), "petrel_tap_open") < 1:
+        if time.monotonic() > deadline:
+            fail("the tap did not open within 30 s")
+        time.sleep(0.01)
+    return handle
+
+
 def cmd_throughput(a):
     a.file = os.path.abspath(a.file)
     workdir = os.path.abspath(a.workdir)
@@ -299,7 +321,15 @@ def cmd_throughput(a):
     shutil.rmtree(data_dir, ignore_errors=True)
     os.makedirs(workdir, exist_ok=True)
     cfg = os.path.join(workdir, "pipeline.yaml")
-    write_pipeline(cfg, a.file, a.sink, "beginning", a.parse)
+    # With --tap the agent starts on a path that does not exist yet; the
+    # data file is linked there once the tap is open (or at once without
+    # one), so that every run reads the file from a discovered link.
+    read_path = a.file
+    if a.tap:
+        read_path = os.path.join(workdir, "in.log")
+        if os.path.lexists(read_path):
+            os.unlink(read_path)
+    write_pipeline(cfg, read_path, a.sink, "beginning", a.parse)
     size = os.path.getsize(a.file)
 
     children = []
@@ -309,6 +339,19 @@ def cmd_throughput(a):
     p = Petrel(a.bin, cfg, data_dir, a.threads, os.path.join(workdir, "petrel.log"),
                memory_limit=a.memory_limit)
     children.append(p)
+    tap_handle = None
+    if a.tap:
+        if a.tap != "none":
+            tap_handle = open_tap(p, a.tap, a.bin)
+        os.link(a.file, read_path)
+        # Timed from the first bytes read: finding the new file (a directory
+        # event or the next scan) is not what is measured.
+        while p.total(p.metrics(), "petrel_component_sent_events_total",
+                      component_kind="source") <= 0:
+            if time.monotonic() > p.t_start + a.timeout:
+                fail("the linked file was not read within the timeout")
+            time.sleep(0.002)
+        p.t_start = time.monotonic()
     deadline = p.t_start + a.timeout
     polls = 0
     events = 0.0
@@ -349,6 +392,15 @@ def cmd_throughput(a):
         print(f"petrel_bench: warning: {int(parse_failed)} parse failures, {int(discarded)} "
               f"discarded events; see {cfg}", file=sys.stderr)
     src_bytes = p.total(m, "petrel_component_sent_bytes_total", component_kind="source")
+    tap_skipped = p.total(m, "petrel_tap_skipped_events_total")
+    if tap_handle is not None:
+        if isinstance(tap_handle, subprocess.Popen):
+            tap_handle.kill()
+            tap_handle.wait()
+        else:
+            tap_handle.close()
+    if a.tap:
+        os.unlink(read_path)
     status, stop_s = p.stop()
     if status != 0:
         fail(f"petrel exited with status {status} after SIGTERM; see {p.log_path}")
@@ -364,6 +416,7 @@ def cmd_throughput(a):
         "parse": a.parse, "parse_failed": int(parse_failed), "discarded": int(discarded),
         "stop_s": stop_s, "polls": polls,
         "busy_before": busy_before, "other_cpu_s": max(other, 0.0),
+        "tap": a.tap, "tap_skipped": int(tap_skipped),
     })
 
 
@@ -569,6 +622,10 @@ def main():
     t.add_argument("--poll", type=float, default=0.01, help="seconds between /metrics polls")
     t.add_argument("--quiet-wait", type=float, default=300,
                    help="wait up to this long for an idle machine before starting (0: don't)")
+    t.add_argument("--tap", choices=["none", "stalled", "reading"],
+                   help="start on a link made after a tap on the pipeline is open: none (the "
+                        "link flow without a tap), stalled (a client that never reads) or reading "
+                        "(`petrel tap` to /dev/null)")
     t.set_defaults(func=cmd_throughput)
 
     r = sub.add_parser("rate")

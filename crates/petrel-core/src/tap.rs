@@ -129,7 +129,14 @@ impl Taps {
                 finished = true;
                 continue;
             }
-            let n = s.allowance(batch.events.len());
+            // Only what the client's queue has room for is encoded: the
+            // rest would be skipped anyway, and encoding is the cost.
+            let room = s.tx.capacity();
+            let want = batch.events.len();
+            if room < want {
+                self.skipped.inc_by((want - room) as u64);
+            }
+            let n = s.allowance(want.min(room));
             if n == 0 {
                 finished |= s.remaining.load(Ordering::Relaxed) == 0;
                 continue;

@@ -29,6 +29,8 @@
 #                   (an application logging line by line without buffering)
 #   BENCH_MEMORY    petrel's --memory-limit for every run (default: petrel's default)
 #   BENCH_NO_BUILD=1  skip `cargo build --release -p petrel`
+#   BENCH_PLOT=0    no charts (by default bench/plot.py redraws bench/plots/*.png
+#                   from everything in bench/out/ after each run)
 #
 # Units: MB = 10^6 bytes, GB = 10^9 bytes. Everything lands in bench/out/
 # (git-ignored): data/ (generated once), results.md and results.jsonl
@@ -318,6 +320,18 @@ EOF
     echo "wrote $OUT/rate.md" >&2
 }
 
+# Charts of everything in $OUT (bench/plot.py) into bench/plots/, next to
+# BENCHMARKS.md; matplotlib comes from a venv under target/ (pip).
+plots() {
+    [[ "${BENCH_PLOT:-1}" != 0 ]] || return 0
+    local venv="${CARGO_TARGET_DIR:-$ROOT/target}/plot-venv"
+    if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+        python3 -m venv "$venv" && "$venv/bin/pip" install -q matplotlib \
+            || { echo "bench/run.sh: matplotlib could not be installed; no charts" >&2; return 0; }
+    fi
+    "$venv/bin/python" "$ROOT/bench/plot.py" --results "$OUT" --out "$ROOT/bench/plots"
+}
+
 command -v python3 >/dev/null || die "python3 is required"
 mkdir -p "$OUT"
 if [[ "${1:-}" == rate ]]; then
@@ -327,3 +341,4 @@ if [[ "${1:-}" == rate ]]; then
 else
     throughput "$@"
 fi
+plots

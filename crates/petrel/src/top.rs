@@ -141,6 +141,8 @@ struct Counters {
     sent_bytes: f64,
     errors: f64,
     discarded: f64,
+    /// Errors and discarded events by reason (`error:TYPE` / `discarded:REASON`).
+    reasons: HashMap<String, f64>,
 }
 
 /// Key of a component: pipeline, kind, id, type.
@@ -189,10 +191,18 @@ fn snapshot(samples: &[Sample]) -> Snapshot {
                 s.components.entry(key()).or_default().sent_bytes += m.value
             }
             "petrel_component_errors_total" => {
-                s.components.entry(key()).or_default().errors += m.value
+                let c = s.components.entry(key()).or_default();
+                c.errors += m.value;
+                *c.reasons
+                    .entry(format!("error:{}", m.label("error_type")))
+                    .or_default() += m.value;
             }
             "petrel_component_discarded_events_total" => {
-                s.components.entry(key()).or_default().discarded += m.value
+                let c = s.components.entry(key()).or_default();
+                c.discarded += m.value;
+                *c.reasons
+                    .entry(format!("discarded:{}", m.label("reason")))
+                    .or_default() += m.value;
             }
             "petrel_component_delivery_latency_seconds_bucket" => {
                 let le = match m.label("le") {
@@ -254,6 +264,8 @@ struct RowData {
     bytes_rate: f64,
     errors_rate: f64,
     discarded_rate: f64,
+    /// The reason growing fastest, with its rate.
+    top_reason: Option<(String, f64)>,
     p50: Option<f64>,
     p99: Option<f64>,
 }
@@ -318,6 +330,17 @@ impl App {
                     bytes_rate: rate(c.sent_bytes, p.map(|p| p.sent_bytes)),
                     errors_rate: rate(c.errors, p.map(|p| p.errors)),
                     discarded_rate: rate(c.discarded, p.map(|p| p.discarded)),
+                    top_reason: c
+                        .reasons
+                        .iter()
+                        .map(|(r, v)| {
+                            (
+                                r.clone(),
+                                rate(*v, p.and_then(|p| p.reasons.get(r)).copied()),
+                            )
+                        })
+                        .filter(|(_, v)| *v > 0.0)
+                        .max_by(|a, b| a.1.total_cmp(&b.1)),
                     p50: lat_now.and_then(|l| quantile(l, lat_before, 0.5)),
                     p99: lat_now.and_then(|l| quantile(l, lat_before, 0.99)),
                 }
@@ -433,6 +456,11 @@ impl App {
                         r.p99
                             .map_or("-".to_string(), |v| format!("{:.0} ms", v * 1e3)),
                     ),
+                    Cell::from(
+                        r.top_reason
+                            .as_ref()
+                            .map_or(String::new(), |(k, v)| format!("{k} {}/s", human_rate(*v))),
+                    ),
                 ])
             })
             .collect();
@@ -447,6 +475,7 @@ impl App {
             Constraint::Length(9),
             Constraint::Length(8),
             Constraint::Length(8),
+            Constraint::Min(18),
         ];
         let header = Row::new(vec![
             "pipeline",
@@ -459,6 +488,7 @@ impl App {
             "discard/s",
             "p50",
             "p99",
+            "top reason",
         ])
         .style(Style::default().add_modifier(Modifier::BOLD));
         f.render_widget(

@@ -83,7 +83,7 @@ fn top_shows_a_busy_pipeline_and_q_exits_0() {
         dir.path(),
         "busy_web",
         &format!(
-            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: blackhole\n",
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: parse_json\n    id: json\nsinks:\n  - type: blackhole\n",
             log.display()
         ),
     );

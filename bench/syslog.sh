@@ -35,9 +35,9 @@
 #               rfc5424) → file sink (encoding: text); petrel-disk: the same
 #               with the source's disk buffer (the spool); petrel-ndjson
 #               (not in the default list): memory buffer, every field as
-#               ndjson. Skipped, with the
-#               reason, while `petrel validate` rejects the pipeline (the
-#               syslog source lands on another branch).
+#               ndjson. A row is skipped, with the reason, when
+#               `petrel validate` rejects the pipeline (an older binary
+#               given as PETREL_BIN).
 #
 # Each row: messages sent (loggen's own count), received (lines carrying
 # loggen's "seq: " in the output file, counted once the file has not grown

@@ -176,27 +176,29 @@ impl Inner {
                 Some(f) => f.sync_data(),
                 None => Ok(()),
             });
-            let mut s = self.state.lock();
             match result {
                 Ok(()) => {
-                    s.durable = s.durable.max(target);
+                    // Listeners hear of the new position before any waiter
+                    // can see it (a waiter wakes on notify or on its own
+                    // timeout), so one that returns from `wait_durable`
+                    // may rely on them (a test saw 399 of 400 otherwise).
+                    let durable = self.state.lock().durable.max(target);
+                    for l in self.listeners.lock().iter() {
+                        l(durable);
+                    }
+                    let mut s = self.state.lock();
+                    s.durable = s.durable.max(durable);
                     s.error = None;
                 }
                 Err(e) => {
-                    s.error = Some(e.to_string());
-                    drop(s);
+                    self.state.lock().error = Some(e.to_string());
                     self.changed.notify_all();
                     // Retry after a pause rather than spinning on a failing disk.
                     std::thread::sleep(Duration::from_millis(100));
                     continue;
                 }
             }
-            let durable = s.durable;
-            drop(s);
             self.changed.notify_all();
-            for l in self.listeners.lock().iter() {
-                l(durable);
-            }
         }
     }
 }

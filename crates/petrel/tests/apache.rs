@@ -94,11 +94,7 @@ fn ab(port: u16, requests: usize, concurrency: usize) -> (usize, usize) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run ab (ApacheBench, package apache2-utils)");
-    let status = wait_for(LONG, "ab finished", || match child.try_wait() {
-        Ok(Some(s)) => Ok(s),
-        Ok(None) => Err("still running".to_string()),
-        Err(e) => Err(e.to_string()),
-    });
+    let status = wait_child(&mut child, "ab");
     let o = child.wait_with_output().expect("ab output");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(

@@ -192,13 +192,12 @@ fn unparsable_frames_are_kept_and_counted_and_over_long_ones_cut() {
     let dir = tempdir();
     let out = dir.path().join("out.ndjson");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = syslog_to_ndjson(
         dir.path(),
         "syslog",
-        &format!(
-            "sources:\n  - type: syslog\n    address: 127.0.0.1:{port}\n    format: rfc5424\n    max_message_bytes: 100\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
-            out.display()
-        ),
+        port,
+        "    format: rfc5424\n    max_message_bytes: 100\n",
+        &out,
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     let mut s = connect(port);
@@ -218,18 +217,14 @@ fn unparsable_frames_are_kept_and_counted_and_over_long_ones_cut() {
         "{}",
         ev[2]
     );
-    let labels = component("syslog", "source", "syslog_0");
-    let mut l = labels.clone();
-    l.push(("error_type", "parse_failed"));
-    wait_for(LONG, "parse_failed counted", || {
-        let n = agent.metric_or_zero("petrel_component_errors_total", &l);
-        if n >= 3.0 {
-            Ok(())
-        } else {
-            Err(format!("{n}"))
-        }
-    });
-    let mut l = labels;
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &source_error("syslog", "syslog_0", "parse_failed"),
+        3.0,
+        true,
+    );
+    let mut l = component("syslog", "source", "syslog_0");
     l.push(("reason", "too_long"));
     assert_eq!(
         agent.metric_or_zero("petrel_component_discarded_events_total", &l),
@@ -696,15 +691,16 @@ fn tls_syslog_is_received_and_plaintext_on_the_tls_port_is_counted() {
     assert!(st.success());
     let out = dir.path().join("out.ndjson");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = syslog_to_ndjson(
         dir.path(),
         "tls",
+        port,
         &format!(
-            "sources:\n  - type: syslog\n    address: 127.0.0.1:{port}\n    tls: {{ cert_file: {}, key_file: {} }}\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
+            "    tls: {{ cert_file: {}, key_file: {} }}\n",
             cert.display(),
-            key.display(),
-            out.display()
+            key.display()
         ),
+        &out,
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     let mut plain = connect(port);
@@ -730,14 +726,11 @@ fn tls_syslog_is_received_and_plaintext_on_the_tls_port_is_counted() {
     let ev = json_lines(&out);
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0]["message"], "over tls");
-    let mut l = component("tls", "source", "syslog_0");
-    l.push(("error_type", "tls_handshake_failed"));
-    wait_for(LONG, "the plaintext client counted", || {
-        let n = agent.metric_or_zero("petrel_component_errors_total", &l);
-        if n == 1.0 {
-            Ok(())
-        } else {
-            Err(format!("{n}"))
-        }
-    });
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &source_error("tls", "syslog_0", "tls_handshake_failed"),
+        1.0,
+        false,
+    );
 }

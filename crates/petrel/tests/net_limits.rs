@@ -15,21 +15,14 @@ use std::time::Duration;
 
 use common::*;
 
-fn errors(agent: &Agent, pipeline: &str, id: &str, error_type: &str) -> f64 {
-    let mut l = component(pipeline, "source", id);
-    l.push(("error_type", error_type));
-    agent.metric_or_zero("petrel_component_errors_total", &l)
-}
-
 fn wait_errors(agent: &Agent, pipeline: &str, id: &str, error_type: &str, want: f64) {
-    wait_for(LONG, &format!("{error_type} = {want}"), || {
-        let n = errors(agent, pipeline, id, error_type);
-        if n == want {
-            Ok(())
-        } else {
-            Err(format!("{n}"))
-        }
-    });
+    wait_metric(
+        agent,
+        "petrel_component_errors_total",
+        &source_error(pipeline, id, error_type),
+        want,
+        false,
+    );
 }
 
 /// True once the peer has closed `s` (read returns 0 or fails), waiting up
@@ -53,30 +46,25 @@ fn excess_and_silent_connections_are_closed_and_counted_and_a_partial_frame_kept
     let dir = tempdir();
     let out = dir.path().join("out.ndjson");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = syslog_to_ndjson(
         dir.path(),
         "lim",
-        &format!(
-            "sources:\n  - type: syslog\n    address: 127.0.0.1:{port}\n    max_connections: 2\n    idle_timeout_secs: 2\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
-            out.display()
-        ),
+        port,
+        "    max_connections: 2\n    idle_timeout_secs: 2\n",
+        &out,
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     let mut a = connect(port);
     let mut b = connect(port);
     // A frame without its newline, then silence.
     a.write_all(b"<13>1 - h app - - - partial").unwrap();
-    wait_for(LONG, "two connections open", || {
-        let n = agent.metric_or_zero(
-            "petrel_source_connections",
-            &component("lim", "source", "syslog_0"),
-        );
-        if n == 2.0 {
-            Ok(())
-        } else {
-            Err(format!("{n}"))
-        }
-    });
+    wait_metric(
+        &agent,
+        "petrel_source_connections",
+        &component("lim", "source", "syslog_0"),
+        2.0,
+        false,
+    );
     // The third is closed at once and counted.
     let mut c = connect(port);
     let _ = c.write_all(b"<13>1 - h app - - - refused\n");
@@ -352,11 +340,7 @@ fn s_client(dir: &Path, port: u16, ca: &str, cert: Option<&str>, line: &str) {
     // Closing stdin ends s_client after it sent the line (or failed).
     std::thread::sleep(Duration::from_millis(300));
     drop(stdin);
-    let done = wait_for(LONG, "s_client exits", || match child.try_wait() {
-        Ok(Some(s)) => Ok(s),
-        _ => Err("running".to_string()),
-    });
-    let _ = done;
+    wait_child(&mut child, "openssl s_client");
 }
 
 #[test]
@@ -377,14 +361,15 @@ fn mutual_tls_accepts_only_clients_with_a_certificate_from_the_ca() {
     signed_cert(d, "rogue", "intruder", "app-2", client_ext);
     let out = d.join("out.ndjson");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = syslog_to_ndjson(
         d,
         "mtls",
+        port,
         &format!(
-            "sources:\n  - type: syslog\n    address: 127.0.0.1:{port}\n    tls: {{ cert_file: {0}/server.pem, key_file: {0}/server.key, ca_file: {0}/ca.pem }}\nsinks:\n  - type: file\n    path: {1}\n    encoding: ndjson\n",
-            d.display(),
-            out.display()
+            "    tls: {{ cert_file: {0}/server.pem, key_file: {0}/server.key, ca_file: {0}/ca.pem }}\n",
+            d.display()
         ),
+        &out,
     );
     let agent = Agent::start(&cfg, &d.join("data"));
     drop(connect(port));

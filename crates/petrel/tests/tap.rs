@@ -38,10 +38,7 @@ fn tap(agent: &Agent, args: &[&str]) -> std::process::Child {
 
 fn finish(child: std::process::Child) -> (i32, String, String) {
     let mut child = child;
-    wait_for(LONG, "petrel tap exited", || match child.try_wait() {
-        Ok(Some(_)) => Ok(()),
-        _ => Err("running".to_string()),
-    });
+    wait_child(&mut child, "petrel tap");
     let o = child.wait_with_output().unwrap();
     (
         o.status.code().unwrap_or(-1),
@@ -53,14 +50,7 @@ fn finish(child: std::process::Child) -> (i32, String, String) {
 /// Waits until the agent has `want` taps open (it offers events only
 /// then).
 fn wait_tap_open(agent: &Agent, want: usize) {
-    wait_for(LONG, &format!("{want} taps open"), || {
-        let n = agent.metric_or_zero("petrel_tap_open", &[]);
-        if n >= want as f64 {
-            Ok(())
-        } else {
-            Err(format!("{n}"))
-        }
-    });
+    wait_metric(agent, "petrel_tap_open", &[], want as f64, true);
 }
 
 #[test]

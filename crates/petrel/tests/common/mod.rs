@@ -806,3 +806,50 @@ pub fn post_raw(port: u16, path: &str, headers: &[(&str, &str)], body: &[u8]) ->
     let _ = s.read_to_end(&mut resp);
     String::from_utf8_lossy(&resp).into_owned()
 }
+
+/// Waits (up to [`LONG`]) until metric `name` with `labels` reaches `want`
+/// (at least `want` when `at_least`, else exactly).
+pub fn wait_metric(agent: &Agent, name: &str, labels: &[(&str, &str)], want: f64, at_least: bool) {
+    wait_for(LONG, &format!("{name} {labels:?} = {want}"), || {
+        let n = agent.metric_or_zero(name, labels);
+        if n == want || (at_least && n >= want) {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    });
+}
+
+/// Labels of the error counter `error_type` of source `id` in `pipeline`.
+pub fn source_error<'a>(
+    pipeline: &'a str,
+    id: &'a str,
+    error_type: &'a str,
+) -> Vec<(&'a str, &'a str)> {
+    let mut l = component(pipeline, "source", id);
+    l.push(("error_type", error_type));
+    l
+}
+
+/// Writes pipeline `name`: one `syslog` source on TCP 127.0.0.1:`port`
+/// with `extra` keys (YAML lines indented by four spaces) into an ndjson
+/// file sink at `out`.
+pub fn syslog_to_ndjson(dir: &Path, name: &str, port: u16, extra: &str, out: &Path) -> PathBuf {
+    write_config(
+        dir,
+        name,
+        &format!(
+            "sources:\n  - type: syslog\n    address: 127.0.0.1:{port}\n{extra}sinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
+            out.display()
+        ),
+    )
+}
+
+/// Waits (up to [`LONG`]) for `child` to exit; its status.
+pub fn wait_child(child: &mut Child, what: &str) -> ExitStatus {
+    wait_for(LONG, &format!("{what} exited"), || match child.try_wait() {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Err("still running".to_string()),
+        Err(e) => Err(e.to_string()),
+    })
+}

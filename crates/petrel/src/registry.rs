@@ -9,6 +9,7 @@ use crate::{processors, sinks, sources};
 /// Source kinds (`sources:`).
 pub static SOURCES: &[&SourcePlugin] = &[
     &sources::file::PLUGIN,
+    &sources::kubernetes::PLUGIN,
     &sources::stdin::PLUGIN,
     &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,

@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod http;
+pub mod kubernetes;
 pub mod net;
 pub mod spool;
 pub mod stdin;

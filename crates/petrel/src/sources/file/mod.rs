@@ -7,6 +7,7 @@
 //! files apart, and [`service`] is the input thread tying them together.
 
 pub mod checkpoint;
+pub mod decode;
 pub mod discovery;
 pub mod identity;
 pub mod multiline;
@@ -200,6 +201,20 @@ impl petrel_core::plugin::SourceConfig for FileSourceConfig {
     }
 
     fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        start_reading(ctx, self.clone(), None, "file")
+    }
+}
+
+/// Registers a source that reads files with the shared input thread:
+/// `type: file`, and sources built on it (`kubernetes_logs`) that choose
+/// files, set their metadata and decode their lines with `select`.
+pub fn start_reading(
+    ctx: SourceContext,
+    config: FileSourceConfig,
+    select: Option<Arc<dyn service::FileSelector>>,
+    source_type: &'static str,
+) -> anyhow::Result<Box<dyn Source>> {
+    {
         let agent = ctx.metrics.metrics().clone();
         // One input thread reads for every file source of every pipeline.
         let service = ctx.shared.get_or_try_init(|| {
@@ -218,7 +233,7 @@ impl petrel_core::plugin::SourceConfig for FileSourceConfig {
                 agent.clone(),
             )
         })?;
-        let mut config = self.clone();
+        let mut config = config;
         for p in ctx.own_outputs.iter() {
             for s in crate::paths::spellings(p) {
                 config.exclude.push(globset::escape(&s.to_string_lossy()));
@@ -249,6 +264,8 @@ impl petrel_core::plugin::SourceConfig for FileSourceConfig {
                 multiline_cut: m.error_counter("multiline_cut"),
             },
             config,
+            select,
+            source_type,
         };
         service.add(spec);
         Ok(Box::new(RunningFileSource {

@@ -13,6 +13,7 @@ use petrel_core::plugin::Emitter;
 use petrel_core::{BatchAck, Event, EventBatch, PipelineBudget, SourceInfo, Span};
 use prometheus_client::metrics::counter::Counter;
 
+use super::decode::{Decoded, LineDecoder, Stream};
 use super::identity::{FileId, Fingerprint};
 use super::multiline::Multiline;
 use super::tracker::OffsetTracker;
@@ -113,6 +114,10 @@ pub struct FileReader {
     /// (read offset, committed offset, size) last published as gauges, so
     /// that idle files cost no metric updates.
     pub gauged: Option<(u64, u64, u64)>,
+    /// Turns the file's records into messages (container logs).
+    decoder: Option<Box<dyn LineDecoder>>,
+    /// The generation of the metadata this reader's events carry.
+    pub meta_generation: u64,
 }
 
 impl FileReader {
@@ -147,9 +152,33 @@ impl FileReader {
             committed_at_failure: 0,
             last_refresh: Instant::now(),
             gauged: None,
+            decoder: None,
+            meta_generation: 0,
         };
         r.seek(offset);
         r
+    }
+
+    /// Decodes the file's lines with `decoder` instead of taking each line
+    /// as a message.
+    pub fn with_decoder(mut self, decoder: Option<Box<dyn LineDecoder>>) -> Self {
+        self.decoder = decoder;
+        self
+    }
+
+    /// Replaces the metadata fields of the events read from now on.
+    pub fn set_meta(&mut self, meta: Arc<[(petrel_core::Key, Arc<str>)]>, generation: u64) {
+        let mut info = SourceInfo::file(self.path.to_string_lossy(), meta);
+        info.source_type = self.source.source_type;
+        self.source = Arc::new(info);
+        self.meta_generation = generation;
+    }
+
+    /// Sets the `source_type` of the events read from now on.
+    pub fn set_source_type(&mut self, source_type: &'static str) {
+        let mut info = SourceInfo::file(self.path.to_string_lossy(), self.source.meta.clone());
+        info.source_type = source_type;
+        self.source = Arc::new(info);
     }
 
     fn seek(&mut self, offset: u64) {
@@ -161,6 +190,9 @@ impl FileReader {
         self.offset = offset;
         self.carry.clear();
         self.in_long_line = false;
+        if let Some(d) = self.decoder.as_mut() {
+            d.reset();
+        }
     }
 
     /// Next byte to read.
@@ -186,10 +218,9 @@ impl FileReader {
     /// Updates the path after a rename within the matched set.
     pub fn set_path(&mut self, path: PathBuf) {
         if path != self.path {
-            self.source = Arc::new(SourceInfo::file(
-                path.to_string_lossy(),
-                self.source.meta.clone(),
-            ));
+            let mut info = SourceInfo::file(path.to_string_lossy(), self.source.meta.clone());
+            info.source_type = self.source.source_type;
+            self.source = Arc::new(info);
             self.path = path;
             self.gauged = None;
         }
@@ -345,6 +376,10 @@ impl FileReader {
             self.last_growth = Instant::now();
             self.carry.clear();
             let start_offset = self.offset - buf.len() as u64;
+            if self.decoder.is_some() {
+                self.read_decoded(ctx, buf, carry_len, start_offset, charge);
+                continue;
+            }
             let complete = match memchr::memrchr(b'\n', &buf[carry_len..]) {
                 Some(i) => carry_len + i + 1,
                 None if buf.len() > ctx.max_line_bytes => {
@@ -381,7 +416,146 @@ impl FileReader {
         Turn::More
     }
 
+    /// The decoding half of a read: complete lines go through the decoder,
+    /// what it holds back (an unfinished message) stays in the carry.
+    fn read_decoded(
+        &mut self,
+        ctx: &ReadContext,
+        mut buf: Vec<u8>,
+        carry_len: usize,
+        start_offset: u64,
+        charge: petrel_core::MemoryCharge,
+    ) {
+        let end = match memchr::memrchr(b'\n', &buf[carry_len..]) {
+            Some(i) => carry_len + i + 1,
+            None if buf.len() > ctx.max_line_bytes => {
+                // No record is this long: pass the piece on (the decoder
+                // counts it as invalid) rather than hold it without bound.
+                ctx.split_lines.inc();
+                let n = buf.len();
+                buf.push(b'\n');
+                let used = self.decode_and_emit(ctx, &buf, n, start_offset, false, charge);
+                buf.truncate(n);
+                self.carry.extend_from_slice(&buf[used..]);
+                return;
+            }
+            None => 0,
+        };
+        let used = if end > 0 {
+            self.decode_and_emit(ctx, &buf[..end], end, start_offset, false, charge)
+        } else {
+            0
+        };
+        self.carry.extend_from_slice(&buf[used..]);
+    }
+
+    /// Decodes `raw` (whose first `raw_len` bytes are file content starting
+    /// at `start_offset`), groups multiline events, emits them, and returns
+    /// the raw bytes consumed.
+    fn decode_and_emit(
+        &mut self,
+        ctx: &ReadContext,
+        raw: &[u8],
+        raw_len: usize,
+        start_offset: u64,
+        flush: bool,
+        mut charge: petrel_core::MemoryCharge,
+    ) -> usize {
+        let Some(dec) = self.decoder.as_mut() else {
+            return 0;
+        };
+        let mut d = Decoded::default();
+        dec.decode(raw, start_offset, flush, &mut d);
+        let mut used = d.held.min(raw_len);
+        let Decoded {
+            mut out, mut msgs, ..
+        } = d;
+        let mut spans: Vec<Span> = Vec::new();
+        if let Some(ml) = &ctx.multiline {
+            if !out.is_empty() {
+                let (held, cut) = ml.group(&out, &mut spans);
+                if cut > 0 {
+                    ctx.multiline_cut.inc_by(cut);
+                }
+                if held < out.len() {
+                    if flush {
+                        spans.push(Span::new(held, out.len() - 1 - held));
+                    } else {
+                        // The open event's messages are decoded again with
+                        // the next block. The decoder forgets which records
+                        // it already emitted past that point, so a message
+                        // of the other stream completed in between may come
+                        // twice; none is lost.
+                        if let Some(r) = msgs
+                            .iter()
+                            .filter(|m| m.start >= held)
+                            .map(|m| m.raw_start)
+                            .min()
+                        {
+                            used = used.min(r);
+                        }
+                        dec.reset();
+                        out.truncate(held);
+                        msgs.retain(|m| m.start < held);
+                    }
+                }
+            }
+        } else {
+            spans = msgs.iter().map(|m| Span::new(m.start, m.len)).collect();
+        }
+        if used == 0 && spans.is_empty() {
+            return 0;
+        }
+        // The stream names live once at the end of the buffer.
+        let names = out.len();
+        out.extend_from_slice(b"stdoutstderr");
+        let mut events = Vec::with_capacity(spans.len());
+        for span in spans {
+            let first = msgs
+                .binary_search_by_key(&(span.start as usize), |m| m.start)
+                .ok()
+                .and_then(|i| msgs.get(i));
+            let mut ev = Event::from_span(span);
+            if let Some(m) = first {
+                ev.time_ns = m.time_ns;
+                let stream = match m.stream {
+                    Stream::Stdout => Some(Span::new(names, 6)),
+                    Stream::Stderr => Some(Span::new(names + 6, 6)),
+                    Stream::None => None,
+                };
+                if let Some(s) = stream {
+                    ev.fields
+                        .push(("stream".into(), petrel_core::Value::Span(s)));
+                }
+            }
+            events.push(ev);
+        }
+        charge.shrink_to(ctx.budget.reservation(out.capacity()));
+        self.emit_events(ctx, out, start_offset, used, charge, events, 0);
+        used
+    }
+
     fn at_eof(&mut self, ctx: &ReadContext) -> Turn {
+        if self.decoder.is_some() {
+            let wait = match &ctx.multiline {
+                Some(ml) => ml.timeout.min(ctx.partial_line_timeout),
+                None => ctx.partial_line_timeout,
+            };
+            if !self.carry.is_empty() && self.last_growth.elapsed() >= wait {
+                // The file stopped mid-message (rotated or ended for good):
+                // what was held goes out as it is.
+                let mut raw = std::mem::take(&mut self.carry);
+                let n = raw.len();
+                let start = self.offset - n as u64;
+                if raw.last() != Some(&b'\n') {
+                    raw.push(b'\n');
+                }
+                let charge = ctx.budget.charge_held(ctx.budget.reservation(raw.len()));
+                let used = self.decode_and_emit(ctx, &raw, n, start, true, charge);
+                self.carry.extend_from_slice(&raw[used.min(n)..n]);
+            }
+            return Turn::Eof;
+        }
         if let Some(ml) = &ctx.multiline {
             // The open event's last line arrived a while ago: it is done.
             if let Some(i) = memchr::memrchr(b'\n', &self.carry) {
@@ -425,7 +599,8 @@ impl FileReader {
         if let Some(spans) = spans {
             let events: Vec<Event> = spans.into_iter().map(Event::from_span).collect();
             self.in_long_line = false;
-            self.emit_events(ctx, buf, start_offset, charge, events, 0);
+            let len = buf.len();
+            self.emit_events(ctx, buf, start_offset, len, charge, events, 0);
             return;
         }
         let mut events = Vec::with_capacity(len / 64 + 1);
@@ -464,19 +639,20 @@ impl FileReader {
             push_pieces(s, len, &mut events);
         }
         self.in_long_line = continues_long_line;
-        self.emit_events(ctx, buf, start_offset, charge, events, split);
+        self.emit_events(ctx, buf, start_offset, len, charge, events, split);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn emit_events(
         &mut self,
         ctx: &ReadContext,
         buf: Vec<u8>,
         start_offset: u64,
+        len: usize,
         charge: petrel_core::MemoryCharge,
         events: Vec<Event>,
         split: u64,
     ) {
-        let len = buf.len();
         if split > 0 {
             ctx.split_lines.inc_by(split);
         }

@@ -52,6 +52,31 @@ pub struct SourceSpec {
     pub config: FileSourceConfig,
     /// Read settings and handles.
     pub ctx: ReadContext,
+    /// Per-file choice, metadata and decoding, for sources that read other
+    /// programs' log files (container logs); `None`: every matched file,
+    /// read line by line with the source's metadata.
+    pub select: Option<Arc<dyn FileSelector>>,
+    /// The `source_type` of the events.
+    pub source_type: &'static str,
+}
+
+/// What a source with a [`FileSelector`] does with one file.
+pub struct Selected {
+    /// Metadata fields of the file's events.
+    pub meta: Arc<[(petrel_core::Key, Arc<str>)]>,
+    /// How its lines become messages.
+    pub decoder: Option<Box<dyn super::decode::LineDecoder>>,
+}
+
+/// Decides which matched files a source reads and what their events carry.
+/// Asked when a file is about to be opened (so once per file, not per
+/// event), and again for open files when [`FileSelector::generation`]
+/// changes.
+pub trait FileSelector: Send + Sync {
+    /// `None`: not read, for now (asked again at the next scan).
+    fn select(&self, path: &std::path::Path) -> Option<Selected>;
+    /// Changes whenever `select` may answer differently (new metadata).
+    fn generation(&self) -> u64;
 }
 
 struct SourceState {
@@ -62,6 +87,8 @@ struct SourceState {
     had_checkpoint: bool,
     /// Being removed: reading stopped, waiting for in-flight batches.
     stopping: Option<(Instant, std::sync::mpsc::Sender<bool>)>,
+    /// The selector's generation the open readers' metadata is from.
+    select_generation: u64,
     readers: HashMap<FileId, FileReader>,
     /// Checkpointed files not open now: not seen yet since the start (a
     /// directory mounted late, briefly unreadable), or closed while idle.
@@ -483,13 +510,28 @@ impl Input {
     }
 
     /// Refreshes sizes and closes what is done; true when files were
-    /// closed for lack of descriptors (a scan should open the next ones).
+    /// closed for lack of descriptors or a selector has new metadata (a
+    /// scan should open the next ones).
     fn refresh_all(&mut self) -> bool {
         let now = Instant::now();
         let pressure = FD_PRESSURE.swap(false, Ordering::Relaxed);
         let mut closed_for_fds = false;
+        let mut new_metadata = false;
         let polling = self.discovery.degraded || self.discovery.fd().is_none();
         for src in &mut self.sources {
+            if let Some(sel) = &src.spec.select {
+                let g = sel.generation();
+                if g != src.select_generation {
+                    src.select_generation = g;
+                    for r in src.readers.values_mut() {
+                        if let Some(s) = sel.select(&r.path) {
+                            r.set_meta(s.meta, g);
+                        }
+                    }
+                    // Files waiting for their metadata may be selected now.
+                    new_metadata = true;
+                }
+            }
             let mut close = Vec::new();
             let mut inactive = Vec::new();
             for r in src.readers.values_mut() {
@@ -570,7 +612,7 @@ impl Input {
             // pressure for the next round.
             FD_PRESSURE.store(true, Ordering::Relaxed);
         }
-        closed_for_fds
+        closed_for_fds || new_metadata
     }
 
     /// One pass over readers with work; returns (progress made, paused).
@@ -611,6 +653,7 @@ impl Input {
                         had_checkpoint: false,
                         pending: HashMap::new(),
                         stopping: None,
+                        select_generation: 0,
                         readers: HashMap::new(),
                         closing: Vec::new(),
                     });
@@ -972,6 +1015,10 @@ fn open_reader(
     saved: &HashMap<FileId, Entry>,
     may_start_at_end: bool,
 ) -> Option<FileReader> {
+    let selected = match &spec.select {
+        Some(sel) => Some(sel.select(&f.path)?),
+        None => None,
+    };
     let file = match std::fs::File::open(&f.path) {
         Ok(file) => file,
         Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
@@ -1005,14 +1052,15 @@ fn open_reader(
         None => 0,
     };
     tracing::debug!(path = %f.path.display(), offset, resumed = resumed.is_some(), "watching file");
-    Some(FileReader::open(
-        f.path.clone(),
-        offset,
-        fp,
-        file,
-        id,
-        spec.ctx.meta.clone(),
-    ))
+    let (meta, decoder) = match selected {
+        Some(s) => (s.meta, s.decoder),
+        None => (spec.ctx.meta.clone(), None),
+    };
+    let mut r = FileReader::open(f.path.clone(), offset, fp, file, id, meta).with_decoder(decoder);
+    if spec.source_type != "file" {
+        r.set_source_type(spec.source_type);
+    }
+    Some(r)
 }
 
 fn file_labels(pipeline: &str, path: &std::path::Path) -> Labels {

@@ -1,0 +1,421 @@
+//! `type: kubernetes_logs` — container stdout and stderr as the runtime
+//! writes them on the node (kubelet's `/var/log/pods`, Docker's json-file
+//! logs), with partial lines merged and each event tagged with its pod and
+//! container.
+//!
+//! Files are read by the shared file input thread (rotation, checkpoints
+//! committed after delivery, multiline all as for `type: file`); this
+//! module decides which container files a source reads
+//! ([`select::Selector`]), what metadata their events carry, and decodes
+//! their records ([`format`]).
+//!
+//! Metadata comes from the path alone, and from the local container runtime
+//! over its socket when there is one: one node-wide cache ([`Catalog`])
+//! that every pipeline shares, refreshed in the background. The runtime is
+//! never waited on while reading: a container it does not know (yet) is
+//! read with its path's metadata after `metadata_wait`, and the miss is
+//! counted.
+
+pub mod format;
+pub mod path;
+pub mod runtime;
+pub mod select;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use petrel_core::config::Map;
+use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+use petrel_core::Key;
+use prometheus_client::metrics::counter::Counter;
+
+use super::file::service::{FileSelector, Selected};
+use super::file::{FileSourceConfig, ReadFrom};
+use format::{ContainerDecoder, FormatCounters, Streams};
+use path::LogPath;
+use select::{Facts, Selector};
+
+/// Keys accepted by the source.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "pods_dir",
+    "docker_dir",
+    "runtime",
+    "containerd_socket",
+    "docker_socket",
+    "include",
+    "exclude",
+    "streams",
+    "max_merged_line_bytes",
+    "annotation_fields",
+    "read_from",
+    "multiline",
+    "partial_line_timeout_ms",
+    "metadata_wait_ms",
+];
+
+/// Which runtime metadata comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// containerd's socket if it exists, else Docker's, else none.
+    Auto,
+    /// containerd's CRI API.
+    Containerd,
+    /// Docker's engine API.
+    Docker,
+    /// Path metadata only.
+    None,
+}
+
+/// Configuration of `type: kubernetes_logs`.
+#[derive(Debug, Clone)]
+pub struct KubernetesLogsConfig {
+    /// kubelet's pod log directory.
+    pub pods_dir: PathBuf,
+    /// Docker's container directory (json-file logs).
+    pub docker_dir: PathBuf,
+    /// Metadata source.
+    pub runtime: RuntimeChoice,
+    /// containerd's socket.
+    pub containerd_socket: PathBuf,
+    /// Docker's socket.
+    pub docker_socket: PathBuf,
+    /// Containers read (empty: all).
+    pub include: Selector,
+    /// Containers skipped.
+    pub exclude: Selector,
+    /// Streams kept.
+    pub streams: Streams,
+    /// Merged partials longer than this are cut (counted).
+    pub max_merged_line_bytes: usize,
+    /// Pod annotations copied into events as `k8s.annotations.<key>`.
+    pub annotation_fields: Vec<String>,
+    /// How long a container the runtime does not know yet waits for its
+    /// metadata before it is read with its path's metadata only.
+    pub metadata_wait: Duration,
+    /// Reading settings shared with `type: file`.
+    pub file: FileSourceConfig,
+}
+
+impl KubernetesLogsConfig {
+    /// Reads the source's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let dir = |k: &str, default: &str| -> PathBuf {
+            match map.get(k) {
+                Some(n) => n
+                    .as_str()
+                    .map(|s| crate::paths::resolve_path(n, s))
+                    .unwrap_or_default(),
+                None => PathBuf::from(default),
+            }
+        };
+        let pods_dir = dir("pods_dir", "/var/log/pods");
+        let docker_dir = dir("docker_dir", "/var/lib/docker/containers");
+        let containerd_socket = dir("containerd_socket", "/run/containerd/containerd.sock");
+        let docker_socket = dir("docker_socket", "/var/run/docker.sock");
+        let runtime = match map.choice("runtime", &["auto", "containerd", "docker", "none"]) {
+            Some("containerd") => RuntimeChoice::Containerd,
+            Some("docker") => RuntimeChoice::Docker,
+            Some("none") => RuntimeChoice::None,
+            _ => RuntimeChoice::Auto,
+        };
+        let include = map
+            .get("include")
+            .map_or(Some(Selector::default()), Selector::parse);
+        let exclude = map
+            .get("exclude")
+            .map_or(Some(Selector::default()), Selector::parse);
+        let mut streams = Streams {
+            stdout: true,
+            stderr: true,
+        };
+        if let Some(n) = map.get("streams") {
+            streams = Streams {
+                stdout: false,
+                stderr: false,
+            };
+            for (s, sn) in n.as_str_list() {
+                match s {
+                    "stdout" => streams.stdout = true,
+                    "stderr" => streams.stderr = true,
+                    _ => sn.error(format!(
+                        "unknown stream `{s}`; write `streams: [stdout, stderr]` or one of them"
+                    )),
+                }
+            }
+            if !streams.stdout && !streams.stderr {
+                n.error("`streams` needs `stdout`, `stderr` or both");
+            }
+        }
+        let max_merged = map.u64("max_merged_line_bytes", true).unwrap_or(1 << 20) as usize;
+        if max_merged < 1024 {
+            if let Some(n) = map.get("max_merged_line_bytes") {
+                n.error("`max_merged_line_bytes` must be at least 1KiB");
+            }
+        }
+        let annotation_fields = map
+            .get("annotation_fields")
+            .map(|n| {
+                n.as_str_list()
+                    .into_iter()
+                    .map(|(s, _)| s.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let read_from = match map.choice("read_from", &["beginning", "end"]) {
+            Some("end") => ReadFrom::End,
+            _ => ReadFrom::Beginning,
+        };
+        let multiline = match map.get("multiline") {
+            Some(n) => super::file::multiline::Multiline::parse(n, max_merged)?.into(),
+            None => None,
+        };
+        let (include, exclude) = (include?, exclude?);
+        if runtime == RuntimeChoice::None && (include.needs_runtime() || exclude.needs_runtime()) {
+            if let Some(n) = map.get("runtime") {
+                n.error("selecting by `pod_labels` or `pod_annotations` needs metadata from the container runtime; set `runtime: auto` (or containerd/docker) or select by namespaces, pods and containers");
+            }
+        }
+        let mut include_globs = Vec::new();
+        for (d, pat) in [(&pods_dir, "*/*/*.log"), (&docker_dir, "*/*-json.log")] {
+            let g = format!("{}/{}", globset::escape(&d.to_string_lossy()), pat);
+            if super::file::discovery::compile_glob(&g).is_err() {
+                return None;
+            }
+            include_globs.push(g);
+        }
+        Some(Self {
+            pods_dir,
+            docker_dir,
+            runtime,
+            containerd_socket,
+            docker_socket,
+            include,
+            exclude,
+            streams,
+            max_merged_line_bytes: max_merged.max(1024),
+            annotation_fields,
+            metadata_wait: Duration::from_millis(
+                map.u64("metadata_wait_ms", false).unwrap_or(5000),
+            ),
+            file: FileSourceConfig {
+                include: include_globs,
+                exclude: Vec::new(),
+                read_from,
+                // A raw record is at most a runtime's split size plus its
+                // prefix; anything longer is not a record.
+                max_line_bytes: max_merged.max(64 << 10),
+                partial_line_timeout: Duration::from_millis(
+                    map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
+                ),
+                read_block_bytes: 256 << 10,
+                multiline,
+                close_inactive: None,
+            },
+        })
+    }
+}
+
+/// Registration of `type: kubernetes_logs`.
+pub const PLUGIN: SourcePlugin = SourcePlugin {
+    type_name: "kubernetes_logs",
+    keys: KEYS,
+    parse: |m| KubernetesLogsConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SourceConfig for KubernetesLogsConfig {
+    fn type_name(&self) -> &'static str {
+        "kubernetes_logs"
+    }
+
+    fn read_globs(&self) -> Option<(&[String], &[String])> {
+        Some((&self.file.include, &self.file.exclude))
+    }
+
+    fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        let catalog = ctx.shared.get_or_try_init(|| Ok(Catalog::new(self)))?;
+        let m = &ctx.metrics;
+        let selector = Arc::new(KubeSelector {
+            config: Arc::new(self.clone()),
+            catalog,
+            base_meta: ctx.meta.clone(),
+            counters: FormatCounters {
+                invalid: m.error_counter("container_record_invalid"),
+                cut: m.error_counter("container_line_cut"),
+                unfinished: m.error_counter("container_partial_unfinished"),
+            },
+            metadata_missing: m.error_counter("metadata_missing"),
+            waiting: parking_lot::Mutex::new(HashMap::new()),
+        });
+        super::file::start_reading(ctx, self.file.clone(), Some(selector), "kubernetes_logs")
+    }
+}
+
+/// What the runtime knows of one container and its pod.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeInfo {
+    /// Pod namespace (Docker: from the container's kubelet labels).
+    pub namespace: Option<String>,
+    /// Pod name.
+    pub pod_name: Option<String>,
+    /// Pod uid.
+    pub pod_uid: Option<String>,
+    /// Container name.
+    pub container_name: Option<String>,
+    /// Container id.
+    pub container_id: Option<String>,
+    /// Image reference.
+    pub image: Option<String>,
+    /// Pod labels.
+    pub labels: Vec<(String, String)>,
+    /// Pod annotations.
+    pub annotations: Vec<(String, String)>,
+}
+
+/// A node's container runtime, seen through a cache that never blocks.
+pub trait RuntimeMeta: Send + Sync {
+    /// Changes whenever the cache's content does.
+    fn generation(&self) -> u64;
+    /// What the cache knows of the container writing this file.
+    fn lookup(&self, p: &LogPath) -> Option<Arc<RuntimeInfo>>;
+    /// Asks for a refresh soon (a new container appeared).
+    fn request_refresh(&self);
+}
+
+/// The node-wide container catalog shared by every `kubernetes_logs`
+/// source of every pipeline.
+pub struct Catalog {
+    runtime: Option<Arc<dyn RuntimeMeta>>,
+    node_name: Option<Arc<str>>,
+}
+
+impl Catalog {
+    fn new(config: &KubernetesLogsConfig) -> Self {
+        let node_name = std::env::var("NODE_NAME")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .map(Arc::from);
+        Self {
+            runtime: runtime::connect(config),
+            node_name,
+        }
+    }
+}
+
+/// The per-source [`FileSelector`]: selection and metadata from the
+/// shared catalog.
+struct KubeSelector {
+    config: Arc<KubernetesLogsConfig>,
+    catalog: Arc<Catalog>,
+    base_meta: Arc<[(Key, Arc<str>)]>,
+    counters: FormatCounters,
+    metadata_missing: Counter,
+    /// Containers the runtime did not know when first seen: since when,
+    /// and whether the miss was counted.
+    waiting: parking_lot::Mutex<HashMap<String, (Instant, bool)>>,
+}
+
+impl KubeSelector {
+    fn meta(&self, p: &LogPath, rt: Option<&RuntimeInfo>) -> Arc<[(Key, Arc<str>)]> {
+        let mut v: Vec<(Key, Arc<str>)> = self.base_meta.iter().cloned().collect();
+        let mut put = |k: Key, val: &str| v.push((k, Arc::from(val)));
+        match p {
+            LogPath::Cri {
+                namespace,
+                pod,
+                uid,
+                container,
+                restart,
+            } => {
+                put("k8s.namespace".into(), namespace);
+                put("k8s.pod_name".into(), pod);
+                put("k8s.pod_uid".into(), uid);
+                put("k8s.container_name".into(), container);
+                put("k8s.restart_count".into(), &restart.to_string());
+            }
+            LogPath::Docker { id } => {
+                put("container.id".into(), id);
+                if let Some(rt) = rt {
+                    for (k, val) in [
+                        ("k8s.namespace", &rt.namespace),
+                        ("k8s.pod_name", &rt.pod_name),
+                        ("k8s.pod_uid", &rt.pod_uid),
+                        ("k8s.container_name", &rt.container_name),
+                    ] {
+                        if let Some(val) = val {
+                            put(k.into(), val);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(rt) = rt {
+            if let (LogPath::Cri { .. }, Some(id)) = (p, &rt.container_id) {
+                put("container.id".into(), id);
+            }
+            if let Some(image) = &rt.image {
+                put("container.image".into(), image);
+            }
+            for (k, val) in &rt.labels {
+                put(format!("k8s.labels.{k}").into(), val);
+            }
+            for (k, val) in &rt.annotations {
+                if self.config.annotation_fields.iter().any(|f| f == k) {
+                    put(format!("k8s.annotations.{k}").into(), val);
+                }
+            }
+        }
+        if let Some(node) = &self.catalog.node_name {
+            v.push(("k8s.node_name".into(), node.clone()));
+        }
+        v.into()
+    }
+}
+
+impl FileSelector for KubeSelector {
+    fn select(&self, path: &Path) -> Option<Selected> {
+        let c = &self.config;
+        let p = LogPath::parse(path, &c.pods_dir, &c.docker_dir)?;
+        let rt = self.catalog.runtime.as_ref().and_then(|r| r.lookup(&p));
+        if rt.is_none() {
+            if let Some(runtime) = &self.catalog.runtime {
+                let mut waiting = self.waiting.lock();
+                // Bounded by the containers on the node; entries go once
+                // the runtime knows the container.
+                let e = waiting
+                    .entry(p.container_key())
+                    .or_insert_with(|| (Instant::now(), false));
+                if e.0.elapsed() < c.metadata_wait {
+                    runtime.request_refresh();
+                    return None;
+                }
+                if !e.1 {
+                    e.1 = true;
+                    self.metadata_missing.inc();
+                    tracing::warn!(path = %path.display(), "the container runtime does not know this container; reading it with the metadata of its path");
+                }
+            }
+        } else if !self.waiting.lock().is_empty() {
+            self.waiting.lock().remove(&p.container_key());
+        }
+        let facts = Facts::of(&p, rt.as_deref());
+        if !c.include.matches_all(&facts) || c.exclude.matches_any(&facts) {
+            return None;
+        }
+        Some(Selected {
+            meta: self.meta(&p, rt.as_deref()),
+            decoder: Some(Box::new(ContainerDecoder::new(
+                c.max_merged_line_bytes,
+                c.streams,
+                self.counters.clone(),
+            ))),
+        })
+    }
+
+    fn generation(&self) -> u64 {
+        self.catalog.runtime.as_ref().map_or(0, |r| r.generation())
+    }
+}

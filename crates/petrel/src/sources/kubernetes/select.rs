@@ -1,0 +1,237 @@
+//! Which containers a source reads: namespaces, pod names, pod labels and
+//! annotations, container names. Evaluated once per container file when
+//! it is about to be opened, never per event.
+
+use petrel_core::config::{Map, Node};
+
+use super::path::LogPath;
+use super::RuntimeInfo;
+
+/// Keys accepted under `include:` and `exclude:`.
+pub const KEYS: &[&str] = &[
+    "namespaces",
+    "pods",
+    "pod_labels",
+    "pod_annotations",
+    "containers",
+];
+
+/// One `include:` or `exclude:` block.
+#[derive(Debug, Clone, Default)]
+pub struct Selector {
+    /// Namespace names (`*` wildcards allowed).
+    pub namespaces: Vec<String>,
+    /// Pod names (`*` wildcards allowed).
+    pub pods: Vec<String>,
+    /// Pod labels: key and value (`*`: any value, the label present).
+    pub pod_labels: Vec<(String, String)>,
+    /// Pod annotations, like labels.
+    pub pod_annotations: Vec<(String, String)>,
+    /// Container names (`*` wildcards allowed).
+    pub containers: Vec<String>,
+}
+
+impl Selector {
+    /// Reads a selector block.
+    pub fn parse(n: Node<'_>) -> Option<Self> {
+        let m: Map<'_> = n.as_map(KEYS)?;
+        let list = |k: &str| {
+            m.get(k)
+                .map(|n| {
+                    n.as_str_list()
+                        .into_iter()
+                        .map(|(s, _)| s.to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let pairs = |k: &str| -> Vec<(String, String)> {
+            let Some(n) = m.get(k) else {
+                return Vec::new();
+            };
+            let Some(map) = n.as_map_quiet() else {
+                n.error(format!(
+                    "`{k}` must be a mapping of names to values, e.g. `{k}: {{app: nginx}}` (`\"*\"` matches any value)"
+                ));
+                return Vec::new();
+            };
+            map.entries()
+                .into_iter()
+                .filter_map(|(key, v)| match v.as_str() {
+                    Some(s) => Some((key.to_string(), s.to_string())),
+                    None => None, // reported by as_str
+                })
+                .collect()
+        };
+        Some(Self {
+            namespaces: list("namespaces"),
+            pods: list("pods"),
+            pod_labels: pairs("pod_labels"),
+            pod_annotations: pairs("pod_annotations"),
+            containers: list("containers"),
+        })
+    }
+
+    /// True when nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty()
+            && self.pods.is_empty()
+            && self.pod_labels.is_empty()
+            && self.pod_annotations.is_empty()
+            && self.containers.is_empty()
+    }
+
+    /// True when it looks at labels or annotations (known only from a
+    /// runtime).
+    pub fn needs_runtime(&self) -> bool {
+        !self.pod_labels.is_empty() || !self.pod_annotations.is_empty()
+    }
+
+    /// Include semantics: every condition given holds (a list matches when
+    /// any of its names does; labels and annotations all must match, like a
+    /// Kubernetes `matchLabels`).
+    pub fn matches_all(&self, c: &Facts<'_>) -> bool {
+        (self.namespaces.is_empty() || any_name(&self.namespaces, c.namespace))
+            && (self.pods.is_empty() || any_name(&self.pods, c.pod))
+            && (self.containers.is_empty() || any_name(&self.containers, c.container))
+            && self.pod_labels.iter().all(|(k, v)| has(c.labels, k, v))
+            && self
+                .pod_annotations
+                .iter()
+                .all(|(k, v)| has(c.annotations, k, v))
+    }
+
+    /// Exclude semantics: any single condition given holds.
+    pub fn matches_any(&self, c: &Facts<'_>) -> bool {
+        any_name(&self.namespaces, c.namespace)
+            || any_name(&self.pods, c.pod)
+            || any_name(&self.containers, c.container)
+            || self.pod_labels.iter().any(|(k, v)| has(c.labels, k, v))
+            || self
+                .pod_annotations
+                .iter()
+                .any(|(k, v)| has(c.annotations, k, v))
+    }
+}
+
+/// What is known of one container, for selection.
+pub struct Facts<'a> {
+    /// Namespace, when known.
+    pub namespace: Option<&'a str>,
+    /// Pod name, when known.
+    pub pod: Option<&'a str>,
+    /// Container name, when known.
+    pub container: Option<&'a str>,
+    /// Pod labels (empty when unknown).
+    pub labels: &'a [(String, String)],
+    /// Pod annotations (empty when unknown).
+    pub annotations: &'a [(String, String)],
+}
+
+impl<'a> Facts<'a> {
+    /// Facts from the path and, when known, the runtime.
+    pub fn of(p: &'a LogPath, rt: Option<&'a RuntimeInfo>) -> Self {
+        let (mut namespace, mut pod, mut container) = match p {
+            LogPath::Cri {
+                namespace,
+                pod,
+                container,
+                ..
+            } => (
+                Some(namespace.as_str()),
+                Some(pod.as_str()),
+                Some(container.as_str()),
+            ),
+            LogPath::Docker { .. } => (None, None, None),
+        };
+        if let Some(rt) = rt {
+            namespace = namespace.or(rt.namespace.as_deref());
+            pod = pod.or(rt.pod_name.as_deref());
+            container = container.or(rt.container_name.as_deref());
+        }
+        Self {
+            namespace,
+            pod,
+            container,
+            labels: rt.map_or(&[][..], |r| &r.labels[..]),
+            annotations: rt.map_or(&[][..], |r| &r.annotations[..]),
+        }
+    }
+}
+
+fn any_name(list: &[String], name: Option<&str>) -> bool {
+    name.is_some_and(|n| list.iter().any(|p| wildcard(p, n)))
+}
+
+fn has(pairs: &[(String, String)], k: &str, v: &str) -> bool {
+    pairs
+        .iter()
+        .any(|(pk, pv)| pk == k && (v == "*" || pv == v))
+}
+
+/// `*` matches any run of characters; everything else literally.
+pub fn wildcard(pattern: &str, s: &str) -> bool {
+    let Some((head, rest)) = pattern.split_once('*') else {
+        return pattern == s;
+    };
+    let Some(mut s) = s.strip_prefix(head) else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('*').collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return true;
+    };
+    for p in middle {
+        match s.find(p) {
+            Some(i) => s = &s[i + p.len()..],
+            None => return false,
+        }
+    }
+    s.len() >= last.len() && s.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard("kube-*", "kube-system"));
+        assert!(wildcard("*", ""));
+        assert!(wildcard("a*b*c", "aXXbYYc"));
+        assert!(!wildcard("a*b*c", "aXXcYYb"));
+        assert!(wildcard("web", "web"));
+        assert!(!wildcard("web", "web2"));
+        assert!(!wildcard("ab*ba", "aba"));
+    }
+
+    fn facts<'a>(labels: &'a [(String, String)]) -> Facts<'a> {
+        Facts {
+            namespace: Some("default"),
+            pod: Some("web-1"),
+            container: Some("nginx"),
+            labels,
+            annotations: &[],
+        }
+    }
+
+    #[test]
+    fn include_needs_every_condition_exclude_any() {
+        let labels = vec![("app".to_string(), "nginx".to_string())];
+        let inc = Selector {
+            namespaces: vec!["default".into()],
+            pod_labels: vec![("app".into(), "nginx".into())],
+            ..Default::default()
+        };
+        assert!(inc.matches_all(&facts(&labels)));
+        assert!(!inc.matches_all(&facts(&[])));
+        let exc = Selector {
+            namespaces: vec!["kube-system".into()],
+            containers: vec!["ngin*".into()],
+            ..Default::default()
+        };
+        assert!(exc.matches_any(&facts(&[])));
+        assert!(!Selector::default().matches_any(&facts(&labels)));
+        assert!(Selector::default().matches_all(&facts(&labels)));
+    }
+}

@@ -10,6 +10,7 @@ use crate::{processors, sinks, sources};
 pub static SOURCES: &[&SourcePlugin] = &[
     &sources::file::PLUGIN,
     &sources::kubernetes::PLUGIN,
+    &sources::kubernetes::files::PLUGIN,
     &sources::stdin::PLUGIN,
     &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,

@@ -77,6 +77,12 @@ pub trait FileSelector: Send + Sync {
     fn select(&self, path: &std::path::Path) -> Option<Selected>;
     /// Changes whenever `select` may answer differently (new metadata).
     fn generation(&self) -> u64;
+    /// Include globs that follow the metadata (files inside running
+    /// containers, under `/proc/<pid>/root`): asked when the generation
+    /// changes; `None` keeps the configured ones.
+    fn include(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 struct SourceState {
@@ -517,6 +523,7 @@ impl Input {
         let pressure = FD_PRESSURE.swap(false, Ordering::Relaxed);
         let mut closed_for_fds = false;
         let mut new_metadata = false;
+        let mut new_globs = false;
         let polling = self.discovery.degraded || self.discovery.fd().is_none();
         for src in &mut self.sources {
             if let Some(sel) = &src.spec.select {
@@ -530,6 +537,12 @@ impl Input {
                     }
                     // Files waiting for their metadata may be selected now.
                     new_metadata = true;
+                    if let Some(include) = sel.include() {
+                        if include != src.spec.config.include {
+                            src.spec.config.include = include;
+                            new_globs = true;
+                        }
+                    }
                 }
             }
             let mut close = Vec::new();
@@ -612,6 +625,9 @@ impl Input {
             // pressure for the next round.
             FD_PRESSURE.store(true, Ordering::Relaxed);
         }
+        if new_globs {
+            self.rebuild_discovery();
+        }
         closed_for_fds || new_metadata
     }
 
@@ -653,7 +669,7 @@ impl Input {
                         had_checkpoint: false,
                         pending: HashMap::new(),
                         stopping: None,
-                        select_generation: 0,
+                        select_generation: u64::MAX,
                         readers: HashMap::new(),
                         closing: Vec::new(),
                     });

@@ -16,6 +16,7 @@
 //! read with its path's metadata after `metadata_wait`, and the miss is
 //! counted.
 
+pub mod files;
 pub mod format;
 pub mod path;
 pub mod runtime;
@@ -70,6 +71,43 @@ pub enum RuntimeChoice {
     None,
 }
 
+/// Which runtime, at which socket.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// The runtime chosen.
+    pub choice: RuntimeChoice,
+    /// containerd's socket.
+    pub containerd_socket: PathBuf,
+    /// Docker's socket.
+    pub docker_socket: PathBuf,
+}
+
+impl RuntimeSettings {
+    /// Reads `runtime`, `containerd_socket` and `docker_socket`.
+    pub fn parse(map: &Map<'_>) -> Self {
+        let path = |k: &str, default: &str| -> PathBuf {
+            match map.get(k) {
+                Some(n) => n
+                    .as_str()
+                    .map(|s| crate::paths::resolve_path(n, s))
+                    .unwrap_or_default(),
+                None => PathBuf::from(default),
+            }
+        };
+        let choice = match map.choice("runtime", &["auto", "containerd", "docker", "none"]) {
+            Some("containerd") => RuntimeChoice::Containerd,
+            Some("docker") => RuntimeChoice::Docker,
+            Some("none") => RuntimeChoice::None,
+            _ => RuntimeChoice::Auto,
+        };
+        Self {
+            choice,
+            containerd_socket: path("containerd_socket", "/run/containerd/containerd.sock"),
+            docker_socket: path("docker_socket", "/var/run/docker.sock"),
+        }
+    }
+}
+
 /// Configuration of `type: kubernetes_logs`.
 #[derive(Debug, Clone)]
 pub struct KubernetesLogsConfig {
@@ -77,12 +115,8 @@ pub struct KubernetesLogsConfig {
     pub pods_dir: PathBuf,
     /// Docker's container directory (json-file logs).
     pub docker_dir: PathBuf,
-    /// Metadata source.
-    pub runtime: RuntimeChoice,
-    /// containerd's socket.
-    pub containerd_socket: PathBuf,
-    /// Docker's socket.
-    pub docker_socket: PathBuf,
+    /// Where metadata comes from.
+    pub runtime: RuntimeSettings,
     /// Containers read (empty: all).
     pub include: Selector,
     /// Containers skipped.
@@ -114,14 +148,7 @@ impl KubernetesLogsConfig {
         };
         let pods_dir = dir("pods_dir", "/var/log/pods");
         let docker_dir = dir("docker_dir", "/var/lib/docker/containers");
-        let containerd_socket = dir("containerd_socket", "/run/containerd/containerd.sock");
-        let docker_socket = dir("docker_socket", "/var/run/docker.sock");
-        let runtime = match map.choice("runtime", &["auto", "containerd", "docker", "none"]) {
-            Some("containerd") => RuntimeChoice::Containerd,
-            Some("docker") => RuntimeChoice::Docker,
-            Some("none") => RuntimeChoice::None,
-            _ => RuntimeChoice::Auto,
-        };
+        let runtime = RuntimeSettings::parse(&map);
         let include = map
             .get("include")
             .map_or(Some(Selector::default()), Selector::parse);
@@ -174,7 +201,9 @@ impl KubernetesLogsConfig {
             None => None,
         };
         let (include, exclude) = (include?, exclude?);
-        if runtime == RuntimeChoice::None && (include.needs_runtime() || exclude.needs_runtime()) {
+        if runtime.choice == RuntimeChoice::None
+            && (include.needs_runtime() || exclude.needs_runtime())
+        {
             if let Some(n) = map.get("runtime") {
                 n.error("selecting by `pod_labels` or `pod_annotations` needs metadata from the container runtime; set `runtime: auto` (or containerd/docker) or select by namespaces, pods and containers");
             }
@@ -191,8 +220,6 @@ impl KubernetesLogsConfig {
             pods_dir,
             docker_dir,
             runtime,
-            containerd_socket,
-            docker_socket,
             include,
             exclude,
             streams,
@@ -236,11 +263,12 @@ impl petrel_core::plugin::SourceConfig for KubernetesLogsConfig {
     }
 
     fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
-        let catalog = ctx.shared.get_or_try_init(|| Ok(Catalog::new(self)))?;
+        let catalog = ctx.shared.get_or_try_init(|| Ok(Catalog::default()))?;
         let m = &ctx.metrics;
         let selector = Arc::new(KubeSelector {
             config: Arc::new(self.clone()),
-            catalog,
+            runtime: catalog.runtime(&self.runtime),
+            node_name: node_name(),
             base_meta: ctx.meta.clone(),
             counters: FormatCounters {
                 invalid: m.error_counter("container_record_invalid"),
@@ -273,6 +301,8 @@ pub struct RuntimeInfo {
     pub labels: Vec<(String, String)>,
     /// Pod annotations.
     pub annotations: Vec<(String, String)>,
+    /// The container's init process as the host sees it, while it runs.
+    pub pid: Option<u32>,
 }
 
 /// A node's container runtime, seen through a cache that never blocks.
@@ -283,33 +313,50 @@ pub trait RuntimeMeta: Send + Sync {
     fn lookup(&self, p: &LogPath) -> Option<Arc<RuntimeInfo>>;
     /// Asks for a refresh soon (a new container appeared).
     fn request_refresh(&self);
+    /// The running containers (those with an init pid).
+    fn running(&self) -> Vec<Arc<RuntimeInfo>>;
 }
 
-/// The node-wide container catalog shared by every `kubernetes_logs`
-/// source of every pipeline.
+/// The node-wide container catalog shared by every `kubernetes_logs` and
+/// `container_files` source of every pipeline: one runtime connection and
+/// cache per runtime socket, however many pipelines use it.
+#[derive(Default)]
 pub struct Catalog {
-    runtime: Option<Arc<dyn RuntimeMeta>>,
-    node_name: Option<Arc<str>>,
+    runtimes: parking_lot::Mutex<HashMap<String, Option<Arc<dyn RuntimeMeta>>>>,
 }
 
 impl Catalog {
-    fn new(config: &KubernetesLogsConfig) -> Self {
-        let node_name = std::env::var("NODE_NAME")
-            .ok()
-            .filter(|s| !s.is_empty())
-            .map(Arc::from);
-        Self {
-            runtime: runtime::connect(config),
-            node_name,
-        }
+    /// The cache of the runtime `settings` name, connected on first use.
+    fn runtime(&self, settings: &RuntimeSettings) -> Option<Arc<dyn RuntimeMeta>> {
+        let key = format!(
+            "{:?} {} {}",
+            settings.choice,
+            settings.containerd_socket.display(),
+            settings.docker_socket.display()
+        );
+        self.runtimes
+            .lock()
+            .entry(key)
+            .or_insert_with(|| runtime::connect(settings))
+            .clone()
     }
+}
+
+/// The node's name, from `$NODE_NAME` (the DaemonSet sets it from the
+/// downward API).
+fn node_name() -> Option<Arc<str>> {
+    std::env::var("NODE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(Arc::from)
 }
 
 /// The per-source [`FileSelector`]: selection and metadata from the
 /// shared catalog.
 struct KubeSelector {
     config: Arc<KubernetesLogsConfig>,
-    catalog: Arc<Catalog>,
+    runtime: Option<Arc<dyn RuntimeMeta>>,
+    node_name: Option<Arc<str>>,
     base_meta: Arc<[(Key, Arc<str>)]>,
     counters: FormatCounters,
     metadata_missing: Counter,
@@ -318,70 +365,82 @@ struct KubeSelector {
     waiting: parking_lot::Mutex<HashMap<String, (Instant, bool)>>,
 }
 
-impl KubeSelector {
-    fn meta(&self, p: &LogPath, rt: Option<&RuntimeInfo>) -> Arc<[(Key, Arc<str>)]> {
-        let mut v: Vec<(Key, Arc<str>)> = self.base_meta.iter().cloned().collect();
-        let mut put = |k: Key, val: &str| v.push((k, Arc::from(val)));
-        match p {
-            LogPath::Cri {
-                namespace,
-                pod,
-                uid,
-                container,
-                restart,
-            } => {
-                put("k8s.namespace".into(), namespace);
-                put("k8s.pod_name".into(), pod);
-                put("k8s.pod_uid".into(), uid);
-                put("k8s.container_name".into(), container);
-                put("k8s.restart_count".into(), &restart.to_string());
+/// The metadata fields of a container's events: the source's own
+/// (`host`), then what the path says, then what the runtime knows.
+pub(crate) fn container_fields(
+    base: &[(Key, Arc<str>)],
+    p: Option<&LogPath>,
+    rt: Option<&RuntimeInfo>,
+    annotation_fields: &[String],
+    node: Option<&Arc<str>>,
+) -> Arc<[(Key, Arc<str>)]> {
+    let mut v: Vec<(Key, Arc<str>)> = base.to_vec();
+    let mut put = |k: &str, val: &str| v.push((Key::from(k.to_string()), Arc::from(val)));
+    match p {
+        Some(LogPath::Cri {
+            namespace,
+            pod,
+            uid,
+            container,
+            restart,
+        }) => {
+            put("k8s.namespace", namespace);
+            put("k8s.pod_name", pod);
+            put("k8s.pod_uid", uid);
+            put("k8s.container_name", container);
+            put("k8s.restart_count", &restart.to_string());
+        }
+        // Docker's path and files inside containers tell no pod: the
+        // runtime does (from the labels kubelet sets on containers).
+        _ => {
+            if let Some(LogPath::Docker { id }) = p {
+                put("container.id", id);
             }
-            LogPath::Docker { id } => {
-                put("container.id".into(), id);
-                if let Some(rt) = rt {
-                    for (k, val) in [
-                        ("k8s.namespace", &rt.namespace),
-                        ("k8s.pod_name", &rt.pod_name),
-                        ("k8s.pod_uid", &rt.pod_uid),
-                        ("k8s.container_name", &rt.container_name),
-                    ] {
-                        if let Some(val) = val {
-                            put(k.into(), val);
-                        }
+            if let Some(rt) = rt {
+                for (k, val) in [
+                    ("k8s.namespace", &rt.namespace),
+                    ("k8s.pod_name", &rt.pod_name),
+                    ("k8s.pod_uid", &rt.pod_uid),
+                    ("k8s.container_name", &rt.container_name),
+                ] {
+                    if let Some(val) = val {
+                        put(k, val);
                     }
                 }
             }
         }
-        if let Some(rt) = rt {
-            if let (LogPath::Cri { .. }, Some(id)) = (p, &rt.container_id) {
-                put("container.id".into(), id);
-            }
-            if let Some(image) = &rt.image {
-                put("container.image".into(), image);
-            }
-            for (k, val) in &rt.labels {
-                put(format!("k8s.labels.{k}").into(), val);
-            }
-            for (k, val) in &rt.annotations {
-                if self.config.annotation_fields.iter().any(|f| f == k) {
-                    put(format!("k8s.annotations.{k}").into(), val);
-                }
-            }
-        }
-        if let Some(node) = &self.catalog.node_name {
-            v.push(("k8s.node_name".into(), node.clone()));
-        }
-        v.into()
     }
+    if let Some(rt) = rt {
+        if !matches!(p, Some(LogPath::Docker { .. })) {
+            if let Some(id) = &rt.container_id {
+                put("container.id", id);
+            }
+        }
+        if let Some(image) = &rt.image {
+            put("container.image", image);
+        }
+        for (k, val) in &rt.labels {
+            put(&format!("k8s.labels.{k}"), val);
+        }
+        for (k, val) in &rt.annotations {
+            if annotation_fields.iter().any(|f| f == k) {
+                put(&format!("k8s.annotations.{k}"), val);
+            }
+        }
+    }
+    if let Some(node) = node {
+        v.push(("k8s.node_name".into(), node.clone()));
+    }
+    v.into()
 }
 
 impl FileSelector for KubeSelector {
     fn select(&self, path: &Path) -> Option<Selected> {
         let c = &self.config;
         let p = LogPath::parse(path, &c.pods_dir, &c.docker_dir)?;
-        let rt = self.catalog.runtime.as_ref().and_then(|r| r.lookup(&p));
+        let rt = self.runtime.as_ref().and_then(|r| r.lookup(&p));
         if rt.is_none() {
-            if let Some(runtime) = &self.catalog.runtime {
+            if let Some(runtime) = &self.runtime {
                 let mut waiting = self.waiting.lock();
                 // Bounded by the containers on the node; entries go once
                 // the runtime knows the container.
@@ -406,7 +465,13 @@ impl FileSelector for KubeSelector {
             return None;
         }
         Some(Selected {
-            meta: self.meta(&p, rt.as_deref()),
+            meta: container_fields(
+                &self.base_meta,
+                Some(&p),
+                rt.as_deref(),
+                &c.annotation_fields,
+                self.node_name.as_ref(),
+            ),
             decoder: Some(Box::new(ContainerDecoder::new(
                 c.max_merged_line_bytes,
                 c.streams,
@@ -416,6 +481,6 @@ impl FileSelector for KubeSelector {
     }
 
     fn generation(&self) -> u64 {
-        self.catalog.runtime.as_ref().map_or(0, |r| r.generation())
+        self.runtime.as_ref().map_or(0, |r| r.generation())
     }
 }

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use super::{KubernetesLogsConfig, RuntimeChoice, RuntimeMeta};
+use super::{RuntimeChoice, RuntimeMeta, RuntimeSettings};
 
 /// Connects to the runtime `config` names (or finds one, with `auto`).
 /// Returns at once: the connection is made and kept in the background.
-pub fn connect(config: &KubernetesLogsConfig) -> Option<Arc<dyn RuntimeMeta>> {
-    match config.runtime {
+pub fn connect(config: &RuntimeSettings) -> Option<Arc<dyn RuntimeMeta>> {
+    match config.choice {
         RuntimeChoice::None => None,
         _ => None,
     }

@@ -129,6 +129,17 @@ pub struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
+    /// Facts from the runtime alone (files inside containers).
+    pub fn of_runtime(rt: &'a RuntimeInfo) -> Self {
+        Self {
+            namespace: rt.namespace.as_deref(),
+            pod: rt.pod_name.as_deref(),
+            container: rt.container_name.as_deref(),
+            labels: &rt.labels,
+            annotations: &rt.annotations,
+        }
+    }
+
     /// Facts from the path and, when known, the runtime.
     pub fn of(p: &'a LogPath, rt: Option<&'a RuntimeInfo>) -> Self {
         let (mut namespace, mut pod, mut container) = match p {

@@ -277,6 +277,7 @@ impl petrel_core::plugin::SourceConfig for KubernetesLogsConfig {
             },
             metadata_missing: m.error_counter("metadata_missing"),
             waiting: parking_lot::Mutex::new(HashMap::new()),
+            rejected: parking_lot::Mutex::new(HashMap::new()),
         });
         super::file::start_reading(ctx, self.file.clone(), Some(selector), "kubernetes_logs")
     }
@@ -363,6 +364,11 @@ struct KubeSelector {
     /// Containers the runtime did not know when first seen: since when,
     /// and whether the miss was counted.
     waiting: parking_lot::Mutex<HashMap<String, (Instant, bool)>>,
+    /// Files this source's selectors turned down, with the metadata
+    /// generation they were judged at: every scan offers every container
+    /// file to every source again, and with a thousand pipelines the
+    /// answers are worth keeping.
+    rejected: parking_lot::Mutex<HashMap<PathBuf, u64>>,
 }
 
 /// The metadata fields of a container's events: the source's own
@@ -437,6 +443,10 @@ pub(crate) fn container_fields(
 impl FileSelector for KubeSelector {
     fn select(&self, path: &Path) -> Option<Selected> {
         let c = &self.config;
+        let generation = self.generation();
+        if self.rejected.lock().get(path) == Some(&generation) {
+            return None;
+        }
         let p = LogPath::parse(path, &c.pods_dir, &c.docker_dir)?;
         let rt = self.runtime.as_ref().and_then(|r| r.lookup(&p));
         if rt.is_none() {
@@ -462,6 +472,15 @@ impl FileSelector for KubeSelector {
         }
         let facts = Facts::of(&p, rt.as_deref());
         if !c.include.matches_all(&facts) || c.exclude.matches_any(&facts) {
+            let mut rejected = self.rejected.lock();
+            // Judged again at the next generation; gone files go then, or
+            // (no runtime: the generation never changes) when the map is
+            // full, so short-lived pods cannot make it grow without bound.
+            rejected.retain(|_, g| *g == generation);
+            if rejected.len() >= 8192 {
+                rejected.clear();
+            }
+            rejected.insert(path.to_path_buf(), generation);
             return None;
         }
         Some(Selected {

@@ -452,6 +452,11 @@ impl FileSelector for KubeSelector {
         if rt.is_none() {
             if let Some(runtime) = &self.runtime {
                 let mut waiting = self.waiting.lock();
+                if waiting.len() >= 4096 {
+                    // Containers that came and went before the runtime
+                    // answered: forget them after a while.
+                    waiting.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(600));
+                }
                 // Bounded by the containers on the node; entries go once
                 // the runtime knows the container.
                 let e = waiting

@@ -57,10 +57,8 @@ impl Selector {
             };
             map.entries()
                 .into_iter()
-                .filter_map(|(key, v)| match v.as_str() {
-                    Some(s) => Some((key.to_string(), s.to_string())),
-                    None => None, // reported by as_str
-                })
+                // A value that is not text was reported by as_str.
+                .filter_map(|(key, v)| v.as_str().map(|s| (key.to_string(), s.to_string())))
                 .collect()
         };
         Some(Self {

@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+mod docker;
 mod watcher;
 
 #[cfg(feature = "lab")]

@@ -113,7 +113,8 @@ impl Snapshot {
 pub enum Runtime {
     /// containerd (or any CRI runtime) through the CRI `runtime.v1` gRPC API.
     Containerd(PathBuf),
-    /// Docker Engine API. Not supported yet: [`RuntimeWatcher::start`] refuses it.
+    /// Docker Engine API (`/var/run/docker.sock`); pods from kubelet's
+    /// `io.kubernetes.*` container labels where present.
     Docker(PathBuf),
 }
 
@@ -192,14 +193,6 @@ impl RuntimeWatcher {
     /// Starts the refresh thread and returns at once, whether or not the runtime
     /// answers; the first refresh runs immediately.
     pub fn start(opts: WatcherOptions) -> std::io::Result<Arc<Self>> {
-        let socket =
-            match &opts.runtime {
-                Runtime::Containerd(p) => p.clone(),
-                Runtime::Docker(_) => return Err(std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    "runtime metadata from Docker is not supported yet (use containerd, or none)",
-                )),
-            };
         let shared = Arc::new(Shared {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             generation: AtomicU64::new(0),
@@ -214,7 +207,7 @@ impl RuntimeWatcher {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("petrel-cri".into())
-            .spawn(move || rt.block_on(run(thread_shared, socket, opts)))?;
+            .spawn(move || rt.block_on(run(thread_shared, opts)))?;
         Ok(Arc::new(RuntimeWatcher {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -262,15 +255,47 @@ impl Drop for RuntimeWatcher {
     }
 }
 
-async fn run(shared: Arc<Shared>, socket: PathBuf, opts: WatcherOptions) {
-    let mut client: Option<RuntimeServiceClient<Channel>> = None;
+/// The open connection to the runtime, if any.
+enum Conn {
+    Cri(Option<RuntimeServiceClient<Channel>>),
+    Docker(Option<crate::docker::DockerConn>),
+}
+
+async fn refresh_any(
+    conn: &mut Conn,
+    cache: &mut Cache,
+    opts: &WatcherOptions,
+    stats: &WatcherStats,
+) -> Result<(), String> {
+    match (conn, &opts.runtime) {
+        (Conn::Cri(client), Runtime::Containerd(socket)) => {
+            refresh(client, cache, socket, opts, stats).await
+        }
+        (Conn::Docker(slot), Runtime::Docker(socket)) => {
+            let c = match slot {
+                Some(c) => c,
+                None => slot
+                    .insert(crate::docker::DockerConn::connect(socket, opts.call_timeout).await?),
+            };
+            crate::docker::refresh(c, cache, opts.call_timeout, stats).await
+        }
+        _ => Err("runtime and connection kinds differ".into()),
+    }
+}
+
+async fn run(shared: Arc<Shared>, opts: WatcherOptions) {
+    let fresh_conn = || match opts.runtime {
+        Runtime::Containerd(_) => Conn::Cri(None),
+        Runtime::Docker(_) => Conn::Docker(None),
+    };
+    let mut conn = fresh_conn();
     let mut cache = Cache::default();
     loop {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
         let result = tokio::select! {
-            r = refresh(&mut client, &mut cache, &socket, &opts, &shared.stats) => r,
+            r = refresh_any(&mut conn, &mut cache, &opts, &shared.stats) => r,
             _ = shared.stop.notified() => return,
         };
         let stats = &shared.stats;
@@ -280,8 +305,8 @@ async fn run(shared: Arc<Shared>, socket: PathBuf, opts: WatcherOptions) {
                 stats.connected.store(true, Ordering::Relaxed);
             }
             Err(e) => {
-                // Reconnect next time: the channel may be to a runtime that restarted.
-                client = None;
+                // Reconnect next time: the connection may be to a runtime that restarted.
+                conn = fresh_conn();
                 stats.failures.fetch_add(1, Ordering::Relaxed);
                 stats.connected.store(false, Ordering::Relaxed);
                 tracing::debug!(error = %e, "container runtime refresh failed");
@@ -480,7 +505,7 @@ struct Tracked<T> {
 
 /// The refresh thread's working state, keyed by runtime IDs.
 #[derive(Default)]
-struct Cache {
+pub(crate) struct Cache {
     pods: HashMap<String, Tracked<PodInfo>>,
     containers: HashMap<String, Tracked<ContainerInfo>>,
     /// The content changed since the last published snapshot.
@@ -489,7 +514,7 @@ struct Cache {
 
 impl Cache {
     /// Sandboxes never seen, or whose state changed, or that were marked gone.
-    fn stale_pods<'a>(&self, listed: &'a [api::PodSandbox]) -> Vec<&'a api::PodSandbox> {
+    pub(crate) fn stale_pods<'a>(&self, listed: &'a [api::PodSandbox]) -> Vec<&'a api::PodSandbox> {
         listed
             .iter()
             .filter(|sb| match self.pods.get(&sb.id) {
@@ -499,7 +524,7 @@ impl Cache {
             .collect()
     }
 
-    fn update_pods(
+    pub(crate) fn update_pods(
         &mut self,
         listed: &[api::PodSandbox],
         mut fresh: HashMap<String, PodInfo>,
@@ -544,7 +569,10 @@ impl Cache {
             .filter(|u| !u.is_empty())
     }
 
-    fn stale_containers<'a>(&self, listed: &'a [api::Container]) -> Vec<&'a api::Container> {
+    pub(crate) fn stale_containers<'a>(
+        &self,
+        listed: &'a [api::Container],
+    ) -> Vec<&'a api::Container> {
         listed
             .iter()
             .filter(|ct| match self.containers.get(&ct.id) {
@@ -554,7 +582,7 @@ impl Cache {
             .collect()
     }
 
-    fn update_containers(
+    pub(crate) fn update_containers(
         &mut self,
         listed: &[api::Container],
         mut fresh: HashMap<String, ContainerInfo>,

@@ -391,12 +391,3 @@ fn hung_socket_never_blocks_readers() {
     );
     watcher.shutdown();
 }
-
-#[test]
-fn docker_is_refused_for_now() {
-    let err = RuntimeWatcher::start(WatcherOptions::new(Runtime::Docker(
-        "/var/run/docker.sock".into(),
-    )))
-    .expect_err("docker not supported yet");
-    assert_eq!(err.kind(), std::io::ErrorKind::Unsupported);
-}

@@ -6,9 +6,15 @@
 //! Pods use the host network (no CNI needed), a per-container PID namespace and
 //! a per-pod IPC namespace (kubelet's defaults), and the cgroup parent given to
 //! [`Lab::connect`].
+//!
+//! [`Containerd`] and [`Dockerd`] start and stop private daemons through
+//! `scripts/cri-lab.sh` and `scripts/docker-lab.sh` for a test's lifetime.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -281,5 +287,197 @@ impl Lab {
                 .await
         })?;
         Ok(r.items.into_iter().map(|p| p.id).collect())
+    }
+}
+
+/// This repository's `scripts/` directory (the lab feature is for this workspace's tests).
+fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
+}
+
+/// Distinguishes daemons started by one test process.
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+fn run_script(script: &str, args: &[&str], env: &[(&str, &OsStr)]) -> std::io::Result<Output> {
+    let mut cmd = Command::new("bash");
+    cmd.arg(scripts_dir().join(script)).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output()
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A private containerd with its CRI plugin, started by `scripts/cri-lab.sh start`
+/// in a temp dir of its own (root, state, socket, pod logs under `pods/`) with its
+/// own cgroup parent; `scripts/cri-lab.sh stop` runs on drop, also when a test
+/// panics, so no containerd, shim, container, mount or cgroup is left behind.
+/// Images come from `$CRILAB_CACHE` (default `<repo>/.cache/crilab`), built once
+/// by `scripts/cri-lab.sh setup`.
+pub struct Containerd {
+    dir: tempfile::TempDir,
+    cgroup: String,
+    cache: PathBuf,
+}
+
+impl Containerd {
+    /// Starts it; returns when the CRI plugin answers (the script waits at most 60 s).
+    pub fn start() -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("petrel-cri-").tempdir()?;
+        let cache = std::env::var_os("CRILAB_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| scripts_dir().join("../.cache/crilab"));
+        let me = Containerd {
+            dir,
+            cgroup: format!(
+                "petrel-cri-{}-{}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ),
+            cache,
+        };
+        let out = me.script(&["start"])?;
+        if !out.status.success() {
+            // `me` drops here and stops whatever did start.
+            return Err(std::io::Error::other(format!(
+                "scripts/cri-lab.sh start failed (run `scripts/cri-lab.sh setup` once first): {}\ncontainerd.log:\n{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                me.log_tail(20)
+            )));
+        }
+        Ok(me)
+    }
+
+    fn script(&self, args: &[&str]) -> std::io::Result<Output> {
+        run_script(
+            "cri-lab.sh",
+            args,
+            &[
+                ("CRILAB_DIR", self.dir.path().as_os_str()),
+                ("CRILAB_CACHE", self.cache.as_os_str()),
+                ("CRILAB_CGROUP", OsStr::new(&self.cgroup)),
+            ],
+        )
+    }
+
+    /// The CRI socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("containerd.sock")
+    }
+
+    /// Where pods' log directories go (kubelet's `/var/log/pods`).
+    pub fn pods_dir(&self) -> PathBuf {
+        self.dir.path().join("pods")
+    }
+
+    /// The cgroup parent pods must use (`/petrel-cri-<pid>-<n>`).
+    pub fn cgroup_parent(&self) -> String {
+        format!("/{}", self.cgroup)
+    }
+
+    /// A client that runs pods in this containerd (60 s per call).
+    pub fn client(&self) -> std::io::Result<Lab> {
+        Lab::connect(
+            &self.socket(),
+            &self.cgroup_parent(),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// The last `n` lines of containerd's log, for failure messages.
+    pub fn log_tail(&self, n: usize) -> String {
+        tail(&self.dir.path().join("containerd.log"), n)
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("containerd.log (tail):\n{}", self.log_tail(20));
+        }
+        match self.script(&["stop"]) {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!("cri-lab.sh stop: {}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => eprintln!("cri-lab.sh stop: {e}"),
+        }
+    }
+}
+
+/// A private Docker daemon (Debian's docker.io) started by `scripts/docker-lab.sh start`
+/// in a temp dir of its own, with a busybox image `localhost/dockerlab/busybox:1`;
+/// `scripts/docker-lab.sh stop` runs on drop. `scripts/docker-lab.sh setup` installs it.
+pub struct Dockerd {
+    dir: tempfile::TempDir,
+}
+
+impl Dockerd {
+    /// The image every lab daemon has.
+    pub const IMAGE: &'static str = "localhost/dockerlab/busybox:1";
+
+    /// Starts it; returns when it answers (the script waits at most 60 s).
+    pub fn start() -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("petrel-docker-")
+            .tempdir()?;
+        let me = Dockerd { dir };
+        let out = me.script(&["start"])?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "scripts/docker-lab.sh start failed (run `scripts/docker-lab.sh setup` once first): {}\ndockerd.log:\n{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                me.log_tail(20)
+            )));
+        }
+        Ok(me)
+    }
+
+    fn script(&self, args: &[&str]) -> std::io::Result<Output> {
+        run_script(
+            "docker-lab.sh",
+            args,
+            &[("DOCKERLAB_DIR", self.dir.path().as_os_str())],
+        )
+    }
+
+    /// The Engine API socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("docker.sock")
+    }
+
+    /// Runs the docker CLI against this daemon; returns its trimmed stdout.
+    pub fn docker(&self, args: &[&str]) -> std::io::Result<String> {
+        let mut all = vec!["docker"];
+        all.extend_from_slice(args);
+        let out = self.script(&all)?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "docker {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// The last `n` lines of dockerd's log, for failure messages.
+    pub fn log_tail(&self, n: usize) -> String {
+        tail(&self.dir.path().join("dockerd.log"), n)
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("dockerd.log (tail):\n{}", self.log_tail(20));
+        }
+        match self.script(&["stop"]) {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!("docker-lab.sh stop: {}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => eprintln!("docker-lab.sh stop: {e}"),
+        }
     }
 }

@@ -1,31 +1,17 @@
 //! RuntimeWatcher against a real private containerd started by `scripts/cri-lab.sh`
-//! (run `scripts/cri-lab.sh setup` once first), and against absent or hung sockets.
+//! (run `scripts/cri-lab.sh setup` once first; `PETREL_SKIP_CRI_LAB=1` skips it), and
+//! against absent or hung sockets.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use petrel_cri::lab::{ContainerState, Lab};
+use petrel_cri::lab::{ContainerState, Containerd};
 use petrel_cri::{Runtime, RuntimeWatcher, WatcherOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 const IMAGE: &str = "localhost/crilab/busybox:1";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn script() -> PathBuf {
-    repo().join("scripts/cri-lab.sh")
-}
-
-fn cache() -> PathBuf {
-    std::env::var_os("CRILAB_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".cache/crilab"))
-}
 
 /// Polls `f` every 100 ms until it returns Some, for at most `limit`.
 fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -39,73 +25,6 @@ fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) ->
             "timed out after {limit:?} waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A private containerd in a temp dir; `stop` runs on drop, also when the test panics,
-/// so no containerd, shim, container, mount or cgroup outlives the test.
-struct Containerd {
-    dir: tempfile::TempDir,
-    cgroup: String,
-}
-
-impl Containerd {
-    fn lab(&self, cmd: &str) -> std::process::Output {
-        Command::new("bash")
-            .arg(script())
-            .arg(cmd)
-            .env("CRILAB_DIR", self.dir.path())
-            .env("CRILAB_CACHE", cache())
-            .env("CRILAB_CGROUP", &self.cgroup)
-            .output()
-            .expect("run cri-lab.sh")
-    }
-
-    fn start() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("petrel-cri-")
-            .tempdir()
-            .expect("tempdir");
-        let me = Containerd {
-            dir,
-            cgroup: format!("petrel-cri-test-{}", std::process::id()),
-        };
-        // The script's own wait for the CRI plugin is bounded (60 s).
-        let out = me.lab("start");
-        assert!(
-            out.status.success(),
-            "cri-lab.sh start failed (run `scripts/cri-lab.sh setup` once first):\n{}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            me.log_tail()
-        );
-        me
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("containerd.sock")
-    }
-
-    fn pods_dir(&self) -> PathBuf {
-        self.dir.path().join("pods")
-    }
-
-    fn log_tail(&self) -> String {
-        let log =
-            std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("containerd.log (tail):\n{}", self.log_tail());
-        }
-        let out = self.lab("stop");
-        if !out.status.success() {
-            eprintln!("cri-lab.sh stop: {}", String::from_utf8_lossy(&out.stderr));
-        }
     }
 }
 
@@ -132,13 +51,8 @@ fn watcher_reports_pods_and_containers_of_a_real_containerd() {
         return;
     }
     let t0 = Instant::now();
-    let cd = Containerd::start();
-    let lab = Lab::connect(
-        &cd.socket(),
-        &format!("/{}", cd.cgroup),
-        Duration::from_secs(60),
-    )
-    .expect("connect lab client");
+    let cd = Containerd::start().expect("start containerd");
+    let lab = cd.client().expect("connect lab client");
     let version = lab.version().expect("CRI Version");
     eprintln!("runtime: {version} (started in {:?})", t0.elapsed());
 

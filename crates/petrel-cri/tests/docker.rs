@@ -1,20 +1,17 @@
 //! RuntimeWatcher against a real private Docker daemon started by `scripts/docker-lab.sh`
-//! (Debian's docker.io; `scripts/docker-lab.sh setup` installs it). Pods are containers
+//! (Debian's docker.io; `scripts/docker-lab.sh setup` installs it; `PETREL_SKIP_DOCKER_LAB=1`
+//! skips it). Pods are containers
 //! labelled as kubelet's dockershim / cri-dockerd labels them.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use petrel_cri::lab::Dockerd;
 use petrel_cri::{Runtime, RuntimeWatcher, WatcherOptions};
 
 const LONG: Duration = Duration::from_secs(60);
-const IMAGE: &str = "localhost/dockerlab/busybox:1";
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/docker-lab.sh")
-}
+const IMAGE: &str = Dockerd::IMAGE;
 
 fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
@@ -30,74 +27,9 @@ fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) ->
     }
 }
 
-/// A private dockerd in a temp dir, stopped (containers, daemon, shims, mounts,
-/// cgroups) on drop, also when the test panics.
-struct Dockerd {
-    dir: tempfile::TempDir,
-}
-
-impl Dockerd {
-    fn lab(&self, args: &[&str]) -> std::process::Output {
-        Command::new("bash")
-            .arg(script())
-            .args(args)
-            .env("DOCKERLAB_DIR", self.dir.path())
-            .output()
-            .expect("run docker-lab.sh")
-    }
-
-    fn start() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("petrel-docker-")
-            .tempdir()
-            .expect("tempdir");
-        let me = Dockerd { dir };
-        let out = me.lab(&["start"]);
-        assert!(
-            out.status.success(),
-            "docker-lab.sh start failed (run `scripts/docker-lab.sh setup` once first):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        me
-    }
-
-    /// Runs the docker CLI against this daemon; returns its trimmed stdout.
-    fn docker(&self, args: &[&str]) -> String {
-        let mut all = vec!["docker"];
-        all.extend_from_slice(args);
-        let out = self.lab(&all);
-        assert!(
-            out.status.success(),
-            "docker {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("docker.sock")
-    }
-}
-
-impl Drop for Dockerd {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log =
-                std::fs::read_to_string(self.dir.path().join("dockerd.log")).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!(
-                "dockerd.log (tail):\n{}",
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            );
-        }
-        let out = self.lab(&["stop"]);
-        if !out.status.success() {
-            eprintln!(
-                "docker-lab.sh stop: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
+/// Runs the docker CLI against the lab daemon, failing the test on error.
+fn docker(d: &Dockerd, args: &[&str]) -> String {
+    d.docker(args).expect("docker CLI")
 }
 
 #[test]
@@ -107,7 +39,7 @@ fn watcher_reports_kubernetes_containers_of_a_real_docker() {
         return;
     }
     let t0 = Instant::now();
-    let d = Dockerd::start();
+    let d = Dockerd::start().expect("start dockerd");
     eprintln!("dockerd ready after {:?}", t0.elapsed());
     let watcher = RuntimeWatcher::start(WatcherOptions {
         runtime: Runtime::Docker(d.socket()),
@@ -145,7 +77,7 @@ fn watcher_reports_kubernetes_containers_of_a_real_docker() {
         "sleep",
         "300",
     ]);
-    let sandbox = d.docker(&args);
+    let sandbox = docker(&d, &args);
 
     let run_main = |attempt: &str, script: &str| {
         let restart = format!("annotation.io.kubernetes.container.restartCount={attempt}");
@@ -163,22 +95,25 @@ fn watcher_reports_kubernetes_containers_of_a_real_docker() {
             "-c",
             script,
         ]);
-        d.docker(&args)
+        docker(&d, &args)
     };
     let script = "i=1; while [ $i -le 5 ]; do echo line-$i; i=$((i+1)); done; \
                   head -c 40000 /dev/zero | tr '\\0' x; echo; echo line-6; exec sleep 300";
     let c0 = run_main("0", script);
-    let plain = d.docker(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "--name",
-        "plain",
-        IMAGE,
-        "sleep",
-        "300",
-    ]);
+    let plain = docker(
+        &d,
+        &[
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            "plain",
+            IMAGE,
+            "sleep",
+            "300",
+        ],
+    );
 
     let snap = wait_for(LONG, "the three containers, main with its pid", || {
         watcher.request_refresh();
@@ -259,7 +194,7 @@ fn watcher_reports_kubernetes_containers_of_a_real_docker() {
     assert_eq!(watcher.generation(), gen0);
 
     // Restart: attempt 0 exits, attempt 1 runs.
-    d.docker(&["stop", "-t", "0", &c0]);
+    docker(&d, &["stop", "-t", "0", &c0]);
     let c1 = run_main("1", "echo second-run; exec sleep 300");
     let snap = wait_for(LONG, "attempt 1 running and attempt 0 not", || {
         watcher.request_refresh();
@@ -275,7 +210,7 @@ fn watcher_reports_kubernetes_containers_of_a_real_docker() {
     );
 
     // Everything removed: gone once `grace` passed.
-    d.docker(&["rm", "-f", &sandbox, &c0, &c1, &plain]);
+    docker(&d, &["rm", "-f", &sandbox, &c0, &c1, &plain]);
     wait_for(
         LONG,
         "the removed pod and containers to leave the snapshot",

@@ -240,6 +240,7 @@ cmd_stop() {
     done
   fi
   if p=$(containerd_pid); then
+    kill -CONT "$p" 2>/dev/null || true   # a test may have frozen it
     kill -TERM "$p"
     for _ in $(seq 1 40); do [ -d "/proc/$p" ] || break; sleep 0.25; done
     [ -d "/proc/$p" ] && kill -KILL "$p"

@@ -389,6 +389,15 @@ impl Containerd {
         )
     }
 
+    /// containerd's PID (to freeze it with SIGSTOP, say).
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.path().join("containerd.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// The last `n` lines of containerd's log, for failure messages.
     pub fn log_tail(&self, n: usize) -> String {
         tail(&self.dir.path().join("containerd.log"), n)

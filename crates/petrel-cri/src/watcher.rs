@@ -336,6 +336,10 @@ async fn call<T>(
 ) -> Result<T, String> {
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
+        // tonic's own deadline (the endpoint's timeout) usually fires first.
+        Ok(Err(s)) if s.code() == tonic::Code::Cancelled && s.message().contains("Timeout") => {
+            Err(format!("{what}: no answer within {timeout:?}"))
+        }
         Ok(Err(s)) => Err(crate::status_error(what, &s)),
         Err(_) => Err(format!("{what}: no answer within {timeout:?}")),
     }

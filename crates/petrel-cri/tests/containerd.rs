@@ -61,7 +61,7 @@ fn watcher_reports_pods_and_containers_of_a_real_containerd() {
         runtime: Runtime::Containerd(cd.socket()),
         refresh_interval: Duration::from_secs(3600),
         grace: Duration::from_secs(3),
-        call_timeout: Duration::from_secs(10),
+        call_timeout: Duration::from_secs(5),
     })
     .expect("start watcher");
 
@@ -193,6 +193,45 @@ fn watcher_reports_pods_and_containers_of_a_real_containerd() {
     assert!(stats.list_calls.load(Ordering::Relaxed) >= lists0 + 6);
     assert_eq!(watcher.generation(), gen0);
     assert!(stats.connected.load(Ordering::Relaxed));
+
+    // containerd frozen (SIGSTOP): refreshes time out and are counted, readers keep the
+    // last snapshot without waiting; thawed, the watcher reconnects.
+    let pid = cd.pid().expect("containerd pid");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    };
+    let failures0 = stats.failures.load(Ordering::Relaxed);
+    signal("-STOP");
+    let frozen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(LONG, "a failed refresh while containerd is frozen", || {
+            watcher.request_refresh();
+            assert!(watcher.snapshot().pod(uid).is_some());
+            (stats.failures.load(Ordering::Relaxed) > failures0).then_some(())
+        });
+        assert!(!stats.connected.load(Ordering::Relaxed));
+        let err = stats.last_error.lock().clone().unwrap_or_default();
+        assert!(err.contains("5s"), "{err}");
+    }));
+    signal("-CONT");
+    if let Err(p) = frozen {
+        std::panic::resume_unwind(p);
+    }
+    let refreshes1 = stats.refreshes.load(Ordering::Relaxed);
+    wait_for(LONG, "a successful refresh after thawing", || {
+        watcher.request_refresh();
+        (stats.refreshes.load(Ordering::Relaxed) > refreshes1
+            && stats.connected.load(Ordering::Relaxed))
+        .then_some(())
+    });
+    assert_eq!(
+        watcher.generation(),
+        gen0,
+        "same content after reconnecting"
+    );
 
     // A restart as kubelet does it: the old container exits, attempt 1 starts, logs to 1.log.
     lab.stop_container(&c0, 0).expect("stop container");

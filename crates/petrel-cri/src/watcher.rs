@@ -307,14 +307,18 @@ async fn run(shared: Arc<Shared>, opts: WatcherOptions) {
             Err(e) => {
                 // Reconnect next time: the connection may be to a runtime that restarted.
                 conn = fresh_conn();
-                stats.failures.fetch_add(1, Ordering::Relaxed);
-                stats.connected.store(false, Ordering::Relaxed);
-                tracing::debug!(error = %e, "container runtime refresh failed");
+                let first = stats.failures.fetch_add(1, Ordering::Relaxed) == 0;
+                // Warn once per outage, not once per retry.
+                if stats.connected.swap(false, Ordering::Relaxed) || first {
+                    tracing::warn!(error = %e, "container runtime metadata unavailable; events keep path metadata only");
+                } else {
+                    tracing::debug!(error = %e, "container runtime refresh failed");
+                }
                 *stats.last_error.lock() = Some(e);
             }
         }
-        // Expiry runs even when the runtime is unreachable, so a dead runtime
-        // cannot keep vanished pods in memory forever.
+        // Only a successful list marks entries gone; while the runtime is
+        // unreachable the last known set is kept as is (it cannot grow).
         cache.expire(Instant::now(), opts.grace);
         if cache.dirty {
             cache.dirty = false;

@@ -190,7 +190,8 @@ fn watcher_reports_pods_and_containers_of_a_real_containerd() {
         status0,
         "status calls on a steady node"
     );
-    assert!(stats.list_calls.load(Ordering::Relaxed) >= lists0 + 6);
+    // Two list calls per refresh; the first of the three may have been under way already.
+    assert!(stats.list_calls.load(Ordering::Relaxed) >= lists0 + 4);
     assert_eq!(watcher.generation(), gen0);
     assert!(stats.connected.load(Ordering::Relaxed));
 

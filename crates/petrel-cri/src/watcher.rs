@@ -132,6 +132,15 @@ pub struct WatcherOptions {
     pub call_timeout: Duration,
 }
 
+impl Default for WatcherOptions {
+    /// containerd at its usual socket, `/run/containerd/containerd.sock`, with [`WatcherOptions::new`]'s timings.
+    fn default() -> Self {
+        WatcherOptions::new(Runtime::Containerd(PathBuf::from(
+            "/run/containerd/containerd.sock",
+        )))
+    }
+}
+
 impl WatcherOptions {
     /// Defaults: refresh every 10 s, keep vanished entries 5 min, 2 s per call.
     pub fn new(runtime: Runtime) -> Self {

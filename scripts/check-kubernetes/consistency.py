@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""What a schema cannot see in deploy/kubernetes: the pieces agree.
+
+Usage: consistency.py BUILT_YAML OUT_DIR
+
+BUILT_YAML is `kustomize build deploy/kubernetes`. Checks that
+  - there is no RBAC object and no ServiceAccount token (the agent never
+    calls the API server);
+  - the agent's --config is where the pipelines ConfigMap is mounted,
+    --data-dir is a writable hostPath mount, the probes and --api-addr use
+    the same port, NODE_NAME comes from spec.nodeName;
+  - every host path a pipeline reads (pods_dir, docker_dir,
+    containerd_socket) is mounted at that same path from that host path;
+  - maxSurge is 0 (two agents on one data dir: the second is refused).
+Then writes, for the next steps of scripts/check-kubernetes.sh:
+  OUT_DIR/args            the container's args, one per line
+  OUT_DIR/pipelines/      the ConfigMap as the kubelet mounts it: the keys
+                          are symlinks to ..data/KEY, ..data a symlink to a
+                          timestamped directory holding the files.
+Runs its own checks against a broken copy first (a mount moved), which
+must fail, so a pass means something.
+"""
+import copy
+import os
+import sys
+
+import yaml
+
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
+HOST_KEYS = ("pods_dir", "docker_dir", "containerd_socket")
+
+
+def arg(args, name):
+    for a in args:
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def problems(docs):
+    out = []
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    for k in RBAC_KINDS & by_kind.keys():
+        out.append(f"{k} found: the agent needs no RBAC and no service account of its own")
+    (ds,) = by_kind["DaemonSet"]
+    cms = {c["metadata"]["name"]: c for c in by_kind.get("ConfigMap", [])}
+    spec = ds["spec"]["template"]["spec"]
+    if spec.get("automountServiceAccountToken") is not False:
+        out.append("automountServiceAccountToken must be false")
+    surge = ds["spec"].get("updateStrategy", {}).get("rollingUpdate", {}).get("maxSurge")
+    if surge not in (0, "0", "0%"):
+        out.append(f"maxSurge is {surge!r}: must be 0, one agent per data dir")
+    (c,) = [c for c in spec["containers"] if c["name"] == "petrel"]
+    args = c.get("args", [])
+    vols = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = {m["mountPath"].rstrip("/"): m for m in c.get("volumeMounts", [])}
+
+    def mount_of(path):
+        return mounts.get(path.rstrip("/"))
+
+    config = arg(args, "--config")
+    m = config and mount_of(config)
+    cm_name = m and vols[m["name"]].get("configMap", {}).get("name")
+    if not cm_name or cm_name not in cms:
+        out.append(f"--config {config} is not the mount of a ConfigMap of this deployment")
+        pipelines = {}
+    else:
+        pipelines = cms[cm_name].get("data", {})
+    data = arg(args, "--data-dir")
+    m = data and mount_of(data)
+    if not m or "hostPath" not in vols[m["name"]] or m.get("readOnly"):
+        out.append(f"--data-dir {data} is not a writable hostPath mount")
+    api = arg(args, "--api-addr") or ""
+    port = api.rsplit(":", 1)[-1]
+    ports = {p.get("name"): str(p["containerPort"]) for p in c.get("ports", [])}
+    for probe in ("readinessProbe", "livenessProbe"):
+        get = c.get(probe, {}).get("httpGet", {})
+        p = str(ports.get(get.get("port"), get.get("port")))
+        if get.get("path") != "/health" or p != port:
+            out.append(f"{probe} is not GET /health on the --api-addr port {port}")
+    if not api.startswith("0.0.0.0:"):
+        out.append(f"--api-addr {api}: the kubelet probes the pod's address")
+    env = {e["name"]: e for e in c.get("env", [])}
+    ref = env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    if ref != "spec.nodeName":
+        out.append("NODE_NAME must come from the downward API (spec.nodeName)")
+    if not pipelines:
+        out.append("no pipeline in the ConfigMap")
+    for key, text in pipelines.items():
+        for i, src in enumerate(yaml.safe_load(text).get("sources", [])):
+            for k in HOST_KEYS:
+                if k not in src:
+                    continue
+                m = mount_of(src[k])
+                host = m and vols[m["name"]].get("hostPath", {}).get("path")
+                if host != src[k]:
+                    out.append(f"{key}: sources[{i}].{k} {src[k]} is not mounted from the host's {src[k]}")
+    return out
+
+
+def write_out(docs, out_dir):
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "petrel"]
+    with open(os.path.join(out_dir, "args"), "w", encoding="utf-8") as f:
+        f.write("".join(a + "\n" for a in c["args"]))
+    p = os.path.join(out_dir, "pipelines")
+    stamp = os.path.join(p, "..2026_11_23_12_00_00.000000001")
+    os.makedirs(stamp)
+    for cm in (d for d in docs if d["kind"] == "ConfigMap"):
+        for key, text in cm.get("data", {}).items():
+            with open(os.path.join(stamp, key), "w", encoding="utf-8") as f:
+                f.write(text)
+            os.symlink(os.path.join("..data", key), os.path.join(p, key))
+    os.symlink(os.path.basename(stamp), os.path.join(p, "..data"))
+
+
+def main():
+    built, out_dir = sys.argv[1], sys.argv[2]
+    with open(built, encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    broken = copy.deepcopy(docs)
+    for d in broken:
+        if d["kind"] == "DaemonSet":
+            for m in d["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]:
+                if m["mountPath"] == "/var/log/pods":
+                    m["mountPath"] = "/host/var/log/pods"
+    if not problems(broken):
+        sys.exit("consistency: a DaemonSet with /var/log/pods mounted elsewhere passed: the check is broken")
+    found = problems(docs)
+    for p in found:
+        print(f"consistency: {p}", file=sys.stderr)
+    if found:
+        sys.exit(1)
+    write_out(docs, out_dir)
+    print("consistency: mounts, args, probes and pipelines agree; no RBAC")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,10 @@
 #     rejected, with the message its `# expect:` line names;
 #   - scripts/check-kubernetes/consistency.py: mounts, args, probes and the
 #     pipelines' host paths agree; no RBAC;
-#   - the real petrel binary: the DaemonSet's args parse, and
+#   - the real petrel binary: the DaemonSet's args parse; under the
+#     DaemonSet's securityContext, emulated (uid 0 with no capability,
+#     no_new_privs, read-only root; unshare + setpriv, needs root), it reads
+#     root's logs and checkpoints, and cannot read another owner's log;
 #     `petrel validate` accepts the ConfigMap's pipelines as the kubelet
 #     mounts them (and rejects one with a misspelled source key).
 # kubeconform and kustomize are built with `go install` from the Go module
@@ -117,8 +120,8 @@ listed=$("$PY" -c 'import sys, yaml; print("\n".join(sorted(yaml.safe_load(open(
     "$manifests/kustomization.yaml")
 present=$(cd "$manifests" && find . -name '*.yaml' -o -name '*.yml' | sed 's|^\./||' | grep -vx kustomization.yaml | sort)
 [[ $listed == "$present" ]] ||
-    fail "kustomization.yaml resources ($(echo $listed)) differ from the manifests present ($(echo $present))"
-echo "$(grep -c '^kind:' "$work/built.yaml") objects from: $(echo $listed)"
+    fail "kustomization.yaml resources (${listed//$'\n'/ }) differ from the manifests present (${present//$'\n'/ })"
+echo "$(grep -c '^kind:' "$work/built.yaml") objects from: ${listed//$'\n'/ }"
 
 step "kubeconform -strict: every manifest, and the kustomize output"
 files=()
@@ -156,6 +159,60 @@ mapfile -t args <"$work/args"
 # exit 0 means the agent accepts these args as they are.
 "$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the DaemonSet's args: ${args[*]}"
 echo "args accepted: ${args[*]}"
+
+step "the DaemonSet's securityContext, emulated: uid 0, no capability, read-only root"
+# As the container runs (consistency.py checked the manifest says so):
+# uid 0, every capability dropped, no_new_privs, the root file system
+# read-only but the data dir. The agent must read root's 0640 logs in 0710
+# directories (as kubelet and containerd leave them) and write its
+# checkpoints; a 0600 log of another owner must stay unreadable, or the
+# capabilities were not really dropped and the check proves nothing.
+# (A file source: the permission checks are those of kubernetes_logs.)
+[[ $(id -u) -eq 0 ]] || fail "this step needs root (unshare, setpriv)"
+if ! command -v setpriv >/dev/null || ! command -v unshare >/dev/null; then
+    fail "setpriv/unshare (util-linux) not found"
+fi
+sc=$work/sc
+pod=$sc/pods/ns_pod_0000/c
+mkdir -p "$pod" "$sc/data"
+chmod 755 "$work" "$sc" "$sc/pods"
+chmod 710 "$sc/pods/ns_pod_0000" "$pod"
+echo "root-owned line" >"$pod/0.log"
+chmod 640 "$pod/0.log"
+echo "line of another owner" >"$pod/1.log"
+chown 65534:65534 "$pod/1.log"
+chmod 600 "$pod/1.log"
+printf 'sources:\n  - type: file\n    include: ["%s/pods/*/*/*.log"]\n    read_from: beginning\nsinks:\n  - type: file\n    path: %s/data/out.log\n' \
+    "$sc" "$sc" >"$sc/p.yaml"
+# A private mount namespace: / read-only there only; the data dir is a
+# writable bind mount, as the hostPath volume is.
+# shellcheck disable=SC2016 # $1..$3 are the inner shell's arguments
+unshare --mount --propagation private sh -c '
+    mount --bind "$1" "$1" && mount -o remount,bind,ro / || exit 97
+    exec setpriv --reuid=0 --regid=0 --clear-groups --inh-caps=-all --bounding-set=-all \
+        --no-new-privs -- "$2" run --config "$3" --data-dir "$1" --api-addr 127.0.0.1:0 --no-watch-config
+' sh "$sc/data" "$petrel" "$sc/p.yaml" 2>"$sc/agent.log" &
+agent=$!
+for ((i = 0; i < 300; i++)); do
+    grep -q "root-owned line" "$sc/data/out.log" 2>/dev/null && grep -q "1.log.*Permission denied" "$sc/agent.log" && break
+    kill -0 "$agent" 2>/dev/null || break
+    sleep 0.1
+done
+kill -TERM "$agent" 2>/dev/null || true
+rc=0
+wait "$agent" || rc=$?
+if ! grep -qx "root-owned line" "$sc/data/out.log" 2>/dev/null || [[ $rc -ne 0 ]] ||
+    [[ ! -s $sc/data/checkpoints.json ]]; then
+    cat "$sc/agent.log"
+    fail "as uid 0 with no capability on a read-only root, the agent did not read root's log, write its checkpoints and exit 0 (rc $rc)"
+fi
+if grep -q "another owner" "$sc/data/out.log" || ! grep -q "1.log.*Permission denied" "$sc/agent.log"; then
+    cat "$sc/agent.log"
+    fail "the agent read a 0600 log of another owner: capabilities were not dropped, the check proves nothing"
+fi
+echo "read root's 0640 log in 0710 directories, checkpointed on a read-only root, exit 0; another owner's 0600 log refused"
+
+step "petrel validate: the ConfigMap's pipelines"
 # The ConfigMap as the kubelet mounts it (symlinks through ..data).
 "$petrel" validate --config "$work/pipelines/" ||
     fail "petrel validate rejects the pipelines of deploy/kubernetes/configmap.yaml (above)"

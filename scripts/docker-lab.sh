@@ -99,7 +99,7 @@ cmd_setup() {
 }
 
 cmd_start() {
-    command -v dockerd >/dev/null && [ -f "$L/image/busybox.tar" ] || die "run '$0 setup' first"
+    if ! command -v dockerd >/dev/null || [ ! -f "$L/image/busybox.tar" ]; then die "run '$0 setup' first"; fi
     if ! dockerd_pid >/dev/null; then
         rm -f "$SOCK"
         mkdir -p "$L/root" "$L/exec"
@@ -115,8 +115,7 @@ cmd_start() {
             --cgroup-parent "/$CGROUP" --containerd-namespace petrel-docker-lab \
             --containerd-plugins-namespace petrel-docker-lab-plugins \
             --log-driver json-file >>"$L/dockerd.log" 2>&1 </dev/null &
-        local i
-        for i in $(seq 1 60); do
+        for _ in $(seq 1 60); do
             dk version >/dev/null 2>&1 && break
             if ! kill -0 $! 2>/dev/null; then
                 tail -20 "$L/dockerd.log" >&2
@@ -148,8 +147,7 @@ cmd_run() {
     local id
     id=$(dk run -d "${args[@]}" "$IMAGE" "$@")
     if [ "${DOCKERLAB_WAIT:-0}" = 1 ]; then
-        local i
-        for i in $(seq 1 $((${DOCKERLAB_TIMEOUT:-60} * 4))); do
+        for _ in $(seq 1 $((${DOCKERLAB_TIMEOUT:-60} * 4))); do
             [ "$(dk inspect -f '{{.State.Running}}' "$id")" = false ] && break
             sleep 0.25
         done
@@ -159,13 +157,13 @@ cmd_run() {
 }
 
 cmd_stop() {
-    local p i
+    local p
     if dockerd_pid >/dev/null && dk version >/dev/null 2>&1; then
         for p in $(dk ps -aq); do dk rm -f "$p" >/dev/null 2>&1 || true; done
     fi
     if p=$(dockerd_pid); then
         kill -TERM "$p"
-        for i in $(seq 1 80); do
+        for _ in $(seq 1 80); do
             [ -d "/proc/$p" ] || break
             sleep 0.25
         done
@@ -174,7 +172,7 @@ cmd_stop() {
     rm -f "$PIDFILE"
     # dockerd's managed containerd and any shim left behind: by PID, named by our directory.
     for p in $(lab_pids); do kill -TERM "$p" 2>/dev/null || true; done
-    for i in $(seq 1 20); do
+    for _ in $(seq 1 20); do
         [ -z "$(lab_pids)" ] && break
         sleep 0.25
     done
@@ -184,7 +182,7 @@ cmd_stop() {
         umount -l "$m" 2>/dev/null || true
     done
     for p in /sys/fs/cgroup/*/"$CGROUP" /sys/fs/cgroup/"$CGROUP"; do
-        [ -d "$p" ] && find "$p" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+        if [ -d "$p" ]; then find "$p" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
     done
     rm -rf "$L/root" "$L/exec" "$SOCK"
     if [ -f "$L/created-key-json" ] && [ -z "$(pgrep -x dockerd)" ]; then

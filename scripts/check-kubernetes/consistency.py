@@ -11,7 +11,10 @@ BUILT_YAML is `kustomize build deploy/kubernetes`. Checks that
     the same port, NODE_NAME comes from spec.nodeName;
   - every host path a pipeline reads (pods_dir, docker_dir,
     containerd_socket) is mounted at that same path from that host path;
-  - maxSurge is 0 (two agents on one data dir: the second is refused).
+  - maxSurge is 0 (two agents on one data dir: the second is refused);
+  - the securityContext is the one scripts/check-kubernetes.sh emulates
+    (uid 0, every capability dropped and none added, no privilege
+    escalation, read-only root file system, not privileged).
 Then writes, for the next steps of scripts/check-kubernetes.sh:
   OUT_DIR/args            the container's args, one per line
   OUT_DIR/pipelines/      the ConfigMap as the kubelet mounts it: the keys
@@ -63,6 +66,14 @@ def problems(docs):
     def mount_of(path):
         return mounts.get(path.rstrip("/"))
 
+    sc = c.get("securityContext", {})
+    caps = sc.get("capabilities", {})
+    want = {"runAsUser": 0, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}
+    for k, v in want.items():
+        if sc.get(k) != v:
+            out.append(f"securityContext.{k} is {sc.get(k)!r}, not {v!r} as the check emulates")
+    if caps.get("drop") != ["ALL"] or caps.get("add") or sc.get("privileged"):
+        out.append(f"capabilities {caps}: all dropped and none added is what the check emulates")
     config = arg(args, "--config")
     m = config and mount_of(config)
     cm_name = m and vols[m["name"]].get("configMap", {}).get("name")

@@ -9,7 +9,9 @@
 #   - negative checks: every scripts/check-kubernetes/invalid/*.yaml must be
 #     rejected, with the message its `# expect:` line names;
 #   - scripts/check-kubernetes/consistency.py: mounts, args, probes and the
-#     pipelines' host paths agree; no RBAC;
+#     pipelines' host paths agree; no RBAC; the API server's checks the
+#     schema cannot express for the fields used (hostPath types, volume and
+#     port names, downward-API paths, selector);
 #   - the real petrel binary: the DaemonSet's args parse; under the
 #     DaemonSet's securityContext, emulated (uid 0 with no capability,
 #     no_new_privs, read-only root; unshare + setpriv, needs root), it reads
@@ -147,7 +149,7 @@ for f in "$here"/invalid/*.yaml; do
 done
 ((n >= 3)) || fail "only $n negative cases"
 
-step "consistency: mounts, args, probes, host paths of the pipelines, no RBAC"
+step "consistency: mounts, args, probes, host paths of the pipelines, no RBAC, what the schema cannot see"
 "$PY" "$here/consistency.py" "$work/built.yaml" "$work"
 
 step "the real agent: the DaemonSet's args and the ConfigMap's pipelines"

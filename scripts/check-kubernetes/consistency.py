@@ -12,6 +12,11 @@ BUILT_YAML is `kustomize build deploy/kubernetes`. Checks that
   - every host path a pipeline reads (pods_dir, docker_dir,
     containerd_socket) is mounted at that same path from that host path;
   - maxSurge is 0 (two agents on one data dir: the second is refused);
+  - what the API server checks beyond the schema, for the fields used here
+    (the OpenAPI spec has no enums and no cross-references): volume mounts
+    name existing volumes and every volume is mounted, hostPath types,
+    downward-API field paths, port names, the selector matches the pod's
+    labels;
   - the securityContext is the one scripts/check-kubernetes.sh emulates
     (uid 0, every capability dropped and none added, no privilege
     escalation, read-only root file system, not privileged).
@@ -20,15 +25,22 @@ Then writes, for the next steps of scripts/check-kubernetes.sh:
   OUT_DIR/pipelines/      the ConfigMap as the kubelet mounts it: the keys
                           are symlinks to ..data/KEY, ..data a symlink to a
                           timestamped directory holding the files.
-Runs its own checks against a broken copy first (a mount moved), which
-must fail, so a pass means something.
+Runs its own checks against broken copies first (a mount moved, a
+misspelled hostPath type), which must fail, so a pass means something.
 """
 import copy
 import os
+import re
 import sys
 
 import yaml
 
+HOSTPATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket",
+                  "CharDevice", "BlockDevice"}
+ENV_FIELD_PATHS = {"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                   "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
+                   "status.podIPs"}
+PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]+(-[a-z0-9]+)*$")
 RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
 HOST_KEYS = ("pods_dir", "docker_dir", "containerd_socket")
 
@@ -63,6 +75,29 @@ def problems(docs):
     vols = {v["name"]: v for v in spec.get("volumes", [])}
     mounts = {m["mountPath"].rstrip("/"): m for m in c.get("volumeMounts", [])}
 
+    labels = ds["spec"]["template"]["metadata"].get("labels", {})
+    for k, v in ds["spec"]["selector"].get("matchLabels", {}).items():
+        if labels.get(k) != v:
+            out.append(f"selector {k}={v} does not match the pod template's labels")
+    used = {m["name"] for m in c.get("volumeMounts", [])}
+    for name in used - vols.keys():
+        out.append(f"volumeMount {name} names no volume")
+    for name in vols.keys() - used:
+        out.append(f"volume {name} is not mounted")
+    for v in vols.values():
+        t = v.get("hostPath", {}).get("type", "")
+        if t not in HOSTPATH_TYPES:
+            out.append(f"volume {v['name']}: hostPath type {t!r} is not one of {sorted(HOSTPATH_TYPES)}")
+    for e in c.get("env", []):
+        fp = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if fp is not None and fp not in ENV_FIELD_PATHS and not re.match(
+            r"^metadata\.(labels|annotations)\['[^']+'\]$", fp
+        ):
+            out.append(f"env {e['name']}: fieldPath {fp!r} is not one the downward API offers")
+    for p in c.get("ports", []):
+        if "name" in p and not PORT_NAME.match(p["name"]):
+            out.append(f"port name {p['name']!r} is not a valid IANA service name (15 chars, a-z0-9-)")
+
     def mount_of(path):
         return mounts.get(path.rstrip("/"))
 
@@ -76,7 +111,7 @@ def problems(docs):
         out.append(f"capabilities {caps}: all dropped and none added is what the check emulates")
     config = arg(args, "--config")
     m = config and mount_of(config)
-    cm_name = m and vols[m["name"]].get("configMap", {}).get("name")
+    cm_name = m and vols.get(m["name"], {}).get("configMap", {}).get("name")
     if not cm_name or cm_name not in cms:
         out.append(f"--config {config} is not the mount of a ConfigMap of this deployment")
         pipelines = {}
@@ -84,7 +119,7 @@ def problems(docs):
         pipelines = cms[cm_name].get("data", {})
     data = arg(args, "--data-dir")
     m = data and mount_of(data)
-    if not m or "hostPath" not in vols[m["name"]] or m.get("readOnly"):
+    if not m or "hostPath" not in vols.get(m["name"], {}) or m.get("readOnly"):
         out.append(f"--data-dir {data} is not a writable hostPath mount")
     api = arg(args, "--api-addr") or ""
     port = api.rsplit(":", 1)[-1]
@@ -108,7 +143,7 @@ def problems(docs):
                 if k not in src:
                     continue
                 m = mount_of(src[k])
-                host = m and vols[m["name"]].get("hostPath", {}).get("path")
+                host = m and vols.get(m["name"], {}).get("hostPath", {}).get("path")
                 if host != src[k]:
                     out.append(f"{key}: sources[{i}].{k} {src[k]} is not mounted from the host's {src[k]}")
     return out
@@ -142,6 +177,14 @@ def main():
                     m["mountPath"] = "/host/var/log/pods"
     if not problems(broken):
         sys.exit("consistency: a DaemonSet with /var/log/pods mounted elsewhere passed: the check is broken")
+    broken = copy.deepcopy(docs)
+    for d in broken:
+        if d["kind"] == "DaemonSet":
+            for v in d["spec"]["template"]["spec"]["volumes"]:
+                if "hostPath" in v:
+                    v["hostPath"]["type"] = "Directroy"
+    if not problems(broken):
+        sys.exit("consistency: a hostPath of type 'Directroy' passed: the check is broken")
     found = problems(docs)
     for p in found:
         print(f"consistency: {p}", file=sys.stderr)

@@ -27,6 +27,8 @@ echo "== the Python producer package (maturin + pytest in a private venv)"
 ./scripts/test-python-producer.sh
 echo "== packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard"
 ./scripts/check-packaging.sh
+echo "== Kubernetes manifests: kubeconform, kustomize, the pod's security settings, petrel validate"
+./scripts/check-kubernetes.sh
 echo "== fuzz every target briefly (scripts/fuzz.sh)"
 if ! rustup toolchain list | grep -q '^nightly'; then
     rustup toolchain install nightly --profile minimal

@@ -3,7 +3,9 @@
 # tests, and end-to-end tests against the real binary, a real Apache Kafka
 # broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh)
 # and real HTTP servers, util-linux logger and openssl as syslog/TLS
-# clients, a real Apache httpd driven by ab (seed 004), all on 127.0.0.1;
+# clients, a real Apache httpd driven by ab (seed 004), private containerd
+# and Docker daemons from the distribution's packages (container logs and
+# metadata, scripts/cri-lab.sh and docker-lab.sh), all on 127.0.0.1;
 # the Python producer package against a real agent, the Debian package
 # and the operations artefacts checked by their real tools, then every
 # fuzz target for a short bounded time (nightly toolchain and cargo-fuzz
@@ -15,6 +17,9 @@ echo "== install the test clients (logger, openssl)"
 ./scripts/install-test-tools.sh
 echo "== install apache2, ab, loggen, rsyslog (the seed-004 test and the syslog benchmarks)"
 ./scripts/install-syslog-tools.sh
+echo "== containerd, runc and Docker from the distribution, local busybox and pause images (container tests)"
+./scripts/cri-lab.sh setup
+./scripts/docker-lab.sh setup
 echo "== fetch the Kafka broker used by the tests"
 ./scripts/fetch-kafka.sh
 echo "== cargo fmt --check"

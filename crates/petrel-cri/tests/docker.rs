@@ -1,6 +1,5 @@
 //! RuntimeWatcher against a real private Docker daemon started by `scripts/docker-lab.sh`
-//! (Debian's docker.io; `scripts/docker-lab.sh setup` installs it; `PETREL_SKIP_DOCKER_LAB=1`
-//! skips it). Pods are containers
+//! (Debian's docker.io; `scripts/docker-lab.sh setup` installs it). Pods are containers
 //! labelled as kubelet's dockershim / cri-dockerd labels them.
 
 use std::path::{Path, PathBuf};
@@ -34,10 +33,6 @@ fn docker(d: &Dockerd, args: &[&str]) -> String {
 
 #[test]
 fn watcher_reports_kubernetes_containers_of_a_real_docker() {
-    if std::env::var_os("PETREL_SKIP_DOCKER_LAB").is_some() {
-        eprintln!("PETREL_SKIP_DOCKER_LAB set: skipped");
-        return;
-    }
     let t0 = Instant::now();
     let d = Dockerd::start().expect("start dockerd");
     eprintln!("dockerd ready after {:?}", t0.elapsed());

@@ -291,3 +291,125 @@ fn kubernetes_logs_and_container_files_against_a_real_containerd() {
     drop(agent);
     drop(cd);
 }
+
+/// The same source on a Docker node (Debian's docker.io, a private daemon
+/// from `scripts/docker-lab.sh`): json-file logs with 16 KiB partials, and
+/// metadata from the engine API, pods from the labels kubelet's dockershim
+/// puts on containers.
+#[test]
+fn kubernetes_logs_against_a_real_docker_daemon() {
+    use petrel_cri::lab::Dockerd;
+    let d = Dockerd::start().expect("start dockerd (scripts/docker-lab.sh setup first)");
+    let docker = |args: &[&str]| d.docker(args).unwrap_or_else(|e| panic!("{e}"));
+    let pod = [
+        "io.kubernetes.pod.uid=7d1e0b7c-3a55-4f0e-8f57-5c0b9e2a1d44",
+        "io.kubernetes.pod.name=web-1",
+        "io.kubernetes.pod.namespace=shop",
+    ];
+    let run = |extra: &[&str], cmd: &[&str]| {
+        let mut args = vec![
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--log-driver",
+            "json-file",
+        ];
+        for l in &pod {
+            args.extend_from_slice(&["--label", l]);
+        }
+        args.extend_from_slice(extra);
+        args.push(Dockerd::IMAGE);
+        args.extend_from_slice(cmd);
+        docker(&args)
+    };
+    run(
+        &[
+            "--label",
+            "io.kubernetes.docker.type=podsandbox",
+            "--label",
+            "io.kubernetes.container.name=POD",
+            "--label",
+            "app=web",
+        ],
+        &["sleep", "300"],
+    );
+    let script = format!(
+        "{}; head -c 40000 /dev/zero | tr '\\0' x; echo; echo main-err >&2; exec sleep 300",
+        numbered("main", 30)
+    );
+    let main = run(
+        &["--label", "io.kubernetes.container.name=main"],
+        &["sh", "-c", &script],
+    );
+    let plain = docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--log-driver",
+        "json-file",
+        "--name",
+        "plain",
+        Dockerd::IMAGE,
+        "sh",
+        "-c",
+        &format!("{}; exec sleep 300", numbered("plain", 10)),
+    ]);
+    let log_path = docker(&["inspect", "--format", "{{.LogPath}}", &main]);
+    let docker_dir = Path::new(&log_path)
+        .parent()
+        .and_then(Path::parent)
+        .expect("containers dir")
+        .to_path_buf();
+
+    let dir = tempdir();
+    let (all, web) = (dir.path().join("all.ndjson"), dir.path().join("web.ndjson"));
+    let conf = dir.path().join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    for (name, out, extra) in [
+        ("all", &all, ""),
+        ("web", &web, "    include: { pod_labels: { app: web } }\n"),
+    ] {
+        write_config(
+            &conf,
+            name,
+            &format!(
+                "sources:\n  - type: kubernetes_logs\n    pods_dir: {}\n    docker_dir: {}\n    runtime: docker\n    docker_socket: {}\n{extra}sinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
+                dir.path().join("no-pods").display(),
+                docker_dir.display(),
+                d.socket().display(),
+                out.display()
+            ),
+        );
+    }
+    let agent = Agent::start(&conf, &dir.path().join("data"));
+    let got = wait_events(&all, "main-", 31);
+    let ev = got
+        .iter()
+        .find(|v| s(v, "message") == "main-3")
+        .expect("main-3");
+    assert_eq!(s(ev, "container.id"), main);
+    assert_eq!(s(ev, "k8s.namespace"), "shop");
+    assert_eq!(s(ev, "k8s.pod_name"), "web-1");
+    assert_eq!(s(ev, "k8s.container_name"), "main");
+    assert_eq!(s(ev, "container.image"), Dockerd::IMAGE);
+    assert_eq!(s(ev, "k8s.labels.app"), "web");
+    assert_eq!(s(ev, "stream"), "stdout");
+    let err = got
+        .iter()
+        .find(|v| s(v, "message") == "main-err")
+        .expect("main-err");
+    assert_eq!(s(err, "stream"), "stderr");
+    let long = wait_events(&all, "xxxx", 1);
+    assert_eq!(long.len(), 1);
+    assert_eq!(s(&long[0], "message").len(), 40000);
+    let p = wait_events(&all, "plain-", 10);
+    assert_eq!(s(&p[0], "container.id"), plain);
+    assert_eq!(s(&p[0], "k8s.namespace"), "", "not a pod");
+    // Selected by the pod's label: main's lines, not the plain container's.
+    wait_events(&web, "main-", 31);
+    wait_events(&web, "xxxx", 1);
+    assert!(with_prefix(&web, "plain-").is_empty());
+    drop(agent);
+}

@@ -226,3 +226,141 @@ fn label_selection_without_a_runtime_is_a_config_error() {
     assert!(err.contains("runtime"), "{err}");
     assert!(err.contains("k8s.yaml"), "{err}");
 }
+
+/// `2026-11-23T12:20:47.9715223Z` and `…47.971522300Z` are the same time.
+fn norm_time(t: &str) -> String {
+    match t.split_once('.') {
+        Some((head, frac)) => {
+            let digits: String = frac.chars().take_while(|c| c.is_ascii_digit()).collect();
+            format!("{head}.{digits:0<9}{}", &frac[digits.len()..])
+        }
+        None => t.to_string(),
+    }
+}
+
+/// (stream, timestamp, message) of events, in order.
+fn triples(vals: &[serde_json::Value]) -> Vec<(String, String, String)> {
+    vals.iter()
+        .map(|v| {
+            (
+                field(v, "stream").to_string(),
+                norm_time(field(v, "timestamp")),
+                field(v, "message").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn expected(name: &str) -> Vec<(String, String, String)> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/data/docker/{name}.expected.ndjson"));
+    triples(&json_lines(&p))
+}
+
+fn sample(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/docker/{name}")))
+        .unwrap()
+}
+
+/// The bytes a real dockerd wrote (tests/data/docker, see its README):
+/// 16 KiB partials merged per stream with a stderr record inside a stdout
+/// chain, lines of 16383/16384/16385 bytes, escapes, a last line without
+/// newline, and a chain that rotation split across two files.
+#[test]
+fn real_docker_json_file_samples_give_the_reference_events() {
+    let dir = tempdir();
+    let docker = dir.path().join("docker");
+    let out = dir.path().join("out.ndjson");
+    let id = |n: u8| format!("{:064x}", n as u128 + 0xabc);
+    let cfg = config(
+        dir.path(),
+        &dir.path().join("pods"),
+        &docker,
+        &out,
+        "    partial_line_timeout_ms: 300\n",
+    );
+    let log_of = |n: u8| {
+        let d = docker.join(id(n));
+        std::fs::create_dir_all(&d).unwrap();
+        d.join(format!("{}-json.log", id(n)))
+    };
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    append(&log_of(1), &sample("interleaved-json.log"));
+    append(&log_of(2), &sample("boundaries-json.log"));
+    // Rotation as dockerd does it: the full file renamed to `.1`, then a
+    // new file; the 49152-byte line's chain spans both.
+    let rot = log_of(3);
+    append(&rot, &sample("rotation-json.log.1"));
+    let old_n = expected("rotation").len();
+    wait_for(LONG, "the rotated file's complete lines", || {
+        let n = json_lines(&out)
+            .iter()
+            .filter(|v| field(v, "file").contains(&id(3)))
+            .count();
+        if n >= 1 {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    });
+    std::fs::rename(&rot, rot.with_extension("log.1")).unwrap();
+    append(&rot, &sample("rotation-json.log"));
+    let want = expected("interleaved").len() + expected("boundaries").len() + old_n;
+    // The rotation-split chain comes out in two pieces (counted).
+    wait_lines(&out, want + 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let all = json_lines(&out);
+    let of = |n: u8| -> Vec<serde_json::Value> {
+        all.iter()
+            .filter(|v| field(v, "file").starts_with(docker.join(id(n)).to_str().unwrap()))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(triples(&of(1)), expected("interleaved"));
+    assert_eq!(triples(&of(2)), expected("boundaries"));
+    // Per stream, the same bytes in the same order; one event more where
+    // rotation cut the chain.
+    let rotated = triples(&of(3));
+    let want_rot = expected("rotation");
+    assert_eq!(rotated.len(), want_rot.len() + 1, "{rotated:?}");
+    // Every reference event comes out whole, except the one rotation cut,
+    // which comes out as its two halves.
+    let mut left: Vec<(String, String)> =
+        rotated.iter().map(|t| (t.0.clone(), t.2.clone())).collect();
+    let mut split = 0;
+    for (stream, _, msg) in &want_rot {
+        if let Some(i) = left.iter().position(|(s, m)| s == stream && m == msg) {
+            left.remove(i);
+            continue;
+        }
+        let halves = left.iter().enumerate().find_map(|(i, (s, a))| {
+            let rest = msg
+                .strip_prefix(a.as_str())
+                .filter(|_| s == stream && !a.is_empty())?;
+            let j = left.iter().position(|(s2, b)| s2 == stream && b == rest)?;
+            Some((i, j))
+        });
+        let (i, j) = halves.unwrap_or_else(|| panic!("{stream} {msg:.60} not found in {left:?}"));
+        split += 1;
+        for k in [i.max(j), i.min(j)] {
+            left.remove(k);
+        }
+    }
+    assert!(left.is_empty(), "unexpected events {left:?}");
+    assert_eq!(split, 1);
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &source_error("k8s", "pods", "container_partial_unfinished")
+        ),
+        2.0,
+        "the rotated chain's first half, and interleaved's last line without newline"
+    );
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &source_error("k8s", "pods", "container_record_invalid")
+        ),
+        0.0
+    );
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the parsing processors (parse_regex, parse_json, parse_delimiter)
+# Fuzzes the parsing processors (parse_regex, parse_json, parse_delimiter),
+# the container log decoder (container_format)
 # and the syslog parser and framer (syslog_parse, octet_framer, in
 # fuzz/syslog) with cargo-fuzz (libFuzzer, address sanitizer), each target for a bounded
 # time. Needs a nightly toolchain; installs cargo-fuzz when it is missing.
@@ -26,7 +27,7 @@ seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-1}
 sanitizer=${FUZZ_SANITIZER:-address}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parse_regex parse_json parse_delimiter syslog_parse octet_framer)
+[ ${#targets[@]} -gt 0 ] || targets=(parse_regex parse_json parse_delimiter container_format syslog_parse octet_framer)
 
 if ! rustup toolchain list | grep -q '^nightly'; then
     echo "fuzz.sh: cargo-fuzz needs a nightly toolchain: rustup toolchain install nightly" >&2
@@ -61,6 +62,10 @@ seed parse_regex \
 seed parse_json \
     $'\x09{"time":"2025-04-03 10:02:06.561793","level":"info","pid":131172,"file":"/root/x.go","line":165,"log":"ZQsC8JI2"}' \
     $'\x03{"a":{"b":[1,2.5e3,-0,true,null,"x\\u00e9\\n"]},"a":{"c":{}}}' $'\x06{"message":"m","k":"\\"q\\""}'
+seed container_format \
+    $'\x022024-03-01T10:20:30.123456789Z stdout P part-a\n2024-03-01T10:20:30.1Z stderr F err\n2024-03-01T10:20:30.2Z stdout F end\n' \
+    $'\x05{"log":"abc","stream":"stdout","time":"2024-03-01T10:20:31Z"}\n{"log":"d\\u00e9\\n","stream":"stdout","time":"2024-03-01T10:20:31Z"}\n' \
+    $'\x11garbage\n2024-03-01T10:20:30Z stdout X x\n{"stream":"stderr","log":"r\\n"}\n'
 seed parse_delimiter \
     $'\x2d2025-04-03 10:02:06.561793|info|131172|/root/x.go|165|ZQsC8JI2' \
     $'\x2d"a|b"|"say ""hi"""||x|y|z|w' $'\x12\'x, y\', z, \'w\'\'\', v, u' $'\x24a::"b::c"::d'

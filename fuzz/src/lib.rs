@@ -4,6 +4,26 @@
 
 pub mod processors;
 
+#[path = "../../crates/petrel/src/sources/file/decode.rs"]
+#[doc(hidden)]
+pub mod decode_impl;
+#[path = "../../crates/petrel/src/sources/kubernetes/format.rs"]
+#[doc(hidden)]
+pub mod format_impl;
+
+/// The container log decoder (`kubernetes_logs`), compiled from the agent's
+/// own sources and reachable at the module paths they expect.
+pub mod sources {
+    /// The file source's decoder contract.
+    pub mod file {
+        pub use crate::decode_impl as decode;
+    }
+    /// CRI and Docker json-file records.
+    pub mod kubernetes {
+        pub use crate::format_impl as format;
+    }
+}
+
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -5,7 +5,7 @@ by `type: kubernetes_logs` into `blackhole`, at a fixed rate.
     bench/kubernetes.py [--mode rates|pipelines|both] [--rates 1,2,3]
                         [--pipelines 50,100,500,1000] [--pipeline-rate 3]
                         [--window 30] [--warmup 5] [--runtime none]
-                        [--bin target/release/petrel] [--threads N]
+                        [--bin target/release/petrel] [--threads N] [--flush-ms 20]
 
 Rates: one pipeline reads the 4 containers' `0.log` at 1, 2, 3 MB/s in
 total. Pipelines: N pipeline files (a config directory) at a constant
@@ -15,7 +15,7 @@ as in iLogtail's many-configs experiment; every pipeline has its own
 blackhole sink.
 
 The writer is a separate process (this script with `--writer`) that, every
-20 ms, appends the lines due since the start to each container's file in
+20 ms (`--flush-ms`), appends the lines due since the start to each container's file in
 one write() per file, as a container runtime flushes a pipe: 283-byte nginx
 combined-format messages (varying IPs, paths, statuses, sizes, agents),
 each wrapped as `<RFC3339Nano> stdout F <msg>\\n`. MB = 10^6 bytes of
@@ -184,7 +184,7 @@ def writer_main(a):
             written = due
         if now >= end:
             break
-        time.sleep(max(0.0, TICK - (time.monotonic() - now)))
+        time.sleep(max(0.0, a.writer_tick - (time.monotonic() - now)))
     for f in files:
         f.close()
     print(json.dumps({"lines": written, "message_bytes": written * MSG_BYTES}), flush=True)
@@ -248,7 +248,8 @@ def run(a, rate, pipelines):
         started_rss = status_mb(agent.pid, "VmRSS")
         writer = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--writer", "--writer-rate", str(rate),
-             "--writer-duration", str(a.warmup + a.window), *[x for p in files for x in ("--writer-file", p)]],
+             "--writer-duration", str(a.warmup + a.window), "--writer-tick", str(a.flush_ms / 1000),
+             *[x for p in files for x in ("--writer-file", p)]],
             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         load0 = loadavg()
         time.sleep(a.warmup)
@@ -329,7 +330,7 @@ def header(a):
         f"- petrel: {sh(a.bin, '--version')}, binary sha256 {sha256(a.bin)[:12]}, "
         f"working tree {sh('git', 'rev-parse', '--short', 'HEAD')}"
         f"{' (modified)' if sh('git', 'status', '--porcelain', '--untracked-files=no') else ''}",
-        f"- runtime: {a.runtime}; window {a.window:g} s after {a.warmup:g} s warm-up; 4 containers, "
+        f"- runtime: {a.runtime}; writer flush every {a.flush_ms:g} ms; window {a.window:g} s after {a.warmup:g} s warm-up; 4 containers, "
         f"{MSG_BYTES}-byte nginx messages, CRI-wrapped (MB/s counts message bytes; the CRI prefix and "
         f"newline add 41 bytes per line, see file MB/s)",
         "- CPU % = agent utime+stime over the window / wall × 100 (sched: se.sum_exec_runtime); "
@@ -379,12 +380,15 @@ def main():
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--runtime", default="none", choices=["none", "auto", "containerd", "docker"])
     p.add_argument("--threads", type=int)
+    p.add_argument("--flush-ms", type=float, default=TICK * 1000,
+                   help="the writer appends to each file once per this period (default 20)")
     p.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "petrel"))
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
     p.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--writer-rate", type=float, help=argparse.SUPPRESS)
     p.add_argument("--writer-duration", type=float, help=argparse.SUPPRESS)
     p.add_argument("--writer-file", action="append", dest="writer_files", help=argparse.SUPPRESS)
+    p.add_argument("--writer-tick", type=float, default=TICK, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.writer:
         return writer_main(a)

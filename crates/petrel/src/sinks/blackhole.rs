@@ -41,7 +41,10 @@ impl Sink for BlackholeSink {
 
     fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
         Box::pin(async move {
-            let mut buf = Vec::with_capacity(256);
+            // Grows on first use only: a sink that never receives (one of
+            // many pipelines whose selector matches nothing) holds no
+            // buffer; 256 preallocated payloads were 30 KB per sink.
+            let mut buf = Vec::new();
             while rx.recv_many(&mut buf, 256).await > 0 {
                 for p in buf.drain(..) {
                     self.metrics.sent_events.inc_by(p.events);

@@ -46,7 +46,9 @@ pub async fn run<T: Target>(
     sync: bool,
     m: ComponentMetrics,
 ) {
-    let mut batch: Vec<Payload> = Vec::with_capacity(MAX_PAYLOADS_PER_WRITE);
+    // Grows on first use only, as in the blackhole sink: an idle sink of
+    // one of many pipelines holds no buffer (64 payloads were 7.7 KB).
+    let mut batch: Vec<Payload> = Vec::new();
     let errors = m.error_counter("write_failed");
     loop {
         if rx.recv_many(&mut batch, MAX_PAYLOADS_PER_WRITE).await == 0 {

@@ -74,7 +74,7 @@ fn kubernetes_logs_and_container_files_against_a_real_containerd() {
     std::fs::create_dir_all(&conf).unwrap();
     let source = |extra: &str| {
         format!(
-            "  - type: kubernetes_logs\n    pods_dir: {}\n    runtime: containerd\n    containerd_socket: {}\n    annotation_fields: [team]\n    partial_line_timeout_ms: 500\n{extra}",
+            "  - type: kubernetes_logs\n    pods_dir: {}\n    runtime: containerd\n    containerd_socket: {}\n    annotation_fields: [team]\n    partial_line_timeout_ms: 500\n    metadata_wait_ms: 2000\n{extra}",
             cd.pods_dir().display(),
             cd.socket().display()
         )
@@ -281,6 +281,32 @@ fn kubernetes_logs_and_container_files_against_a_real_containerd() {
         }
     });
     assert_eq!(with_prefix(&all, "db-").len(), 200, "nothing read twice");
+
+    // containerd frozen: a container it cannot describe is still read,
+    // with its path's metadata, once `metadata_wait_ms` passed, and the
+    // miss is counted; nothing waits on the runtime.
+    let cpid = cd.pid().expect("containerd pid");
+    // SAFETY: kill(2) on containerd's pid, which this test started.
+    unsafe { libc::kill(cpid as i32, libc::SIGSTOP) };
+    let ghost = cd
+        .pods_dir()
+        .join("shop_ghost-1_6b1f0c2e-0000-4000-8000-00000000000f/main");
+    std::fs::create_dir_all(&ghost).unwrap();
+    append(
+        &ghost.join("0.log"),
+        b"2026-01-02T03:04:05.000000006Z stdout F ghost-1\n",
+    );
+    let g = wait_events(&all, "ghost-", 1);
+    // SAFETY: as above.
+    unsafe { libc::kill(cpid as i32, libc::SIGCONT) };
+    assert_eq!(s(&g[0], "k8s.pod_name"), "ghost-1");
+    assert_eq!(s(&g[0], "container.id"), "", "no runtime metadata for it");
+    assert!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &source_error("all", "kubernetes_logs_0", "metadata_missing")
+        ) >= 1.0
+    );
     assert_eq!(
         agent.metric_or_zero(
             "petrel_component_errors_total",

@@ -188,8 +188,11 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
 /// (processing pool, sink, acknowledgement, checkpoint); loggers that write
 /// every few milliseconds or every line made that the dominant cost at low
 /// rates. Data arriving while the input is still catching up is read at
-/// once.
-const IDLE_READ_DELAY: Duration = Duration::from_millis(50);
+/// once. 250 ms rather than 50: four containers' logs at 3 MB/s cost 1.0 %
+/// of a core at 50 ms, 0.6 % at 250 ms and 0.55 % at 500 ms (BENCHMARKS.md
+/// section 7), and a quarter second is well inside what shippers that
+/// flush every second add anyway.
+const IDLE_READ_DELAY: Duration = Duration::from_millis(250);
 
 impl petrel_core::plugin::SourceConfig for FileSourceConfig {
     fn type_name(&self) -> &'static str {

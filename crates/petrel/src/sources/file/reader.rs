@@ -18,6 +18,14 @@ use super::identity::{FileId, Fingerprint};
 use super::multiline::Multiline;
 use super::tracker::OffsetTracker;
 
+thread_local! {
+    /// The raw read buffer of decoded files, reused across reads.
+    static RAW_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Larger raw buffers (a long carried chain) are not kept.
+const MAX_RAW_SCRATCH: usize = 4 << 20;
+
 /// Settings and handles shared by all readers of one source.
 pub struct ReadContext {
     /// Block size of one read.
@@ -118,6 +126,9 @@ pub struct FileReader {
     decoder: Option<Box<dyn LineDecoder>>,
     /// The generation of the metadata this reader's events carry.
     pub meta_generation: u64,
+    /// `source` with a `stream` field, for stdout and stderr events, and
+    /// the `source` they were made from.
+    stream_sources: Option<(Arc<SourceInfo>, [Arc<SourceInfo>; 2])>,
 }
 
 impl FileReader {
@@ -154,6 +165,7 @@ impl FileReader {
             gauged: None,
             decoder: None,
             meta_generation: 0,
+            stream_sources: None,
         };
         r.seek(offset);
         r
@@ -336,7 +348,18 @@ impl FileReader {
                 ctx.pauses.inc();
                 return Turn::Paused;
             };
-            let mut buf = Vec::with_capacity(total);
+            // Decoded files copy their messages into a new buffer, so their
+            // raw reads reuse the input thread's one buffer: a fresh block
+            // per read cost a page fault per 4 KiB, the largest cost of
+            // container logs at a few MB/s (BENCHMARKS.md section 7).
+            let mut buf = if self.decoder.is_some() {
+                let mut b = RAW_SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+                b.clear();
+                b.reserve(total);
+                b
+            } else {
+                Vec::with_capacity(total)
+            };
             buf.extend_from_slice(&self.carry);
             let carry_len = self.carry.len();
             // read_to_end on a Take fills the spare capacity without zeroing
@@ -447,6 +470,9 @@ impl FileReader {
             0
         };
         self.carry.extend_from_slice(&buf[used..]);
+        if buf.capacity() <= MAX_RAW_SCRATCH {
+            RAW_SCRATCH.with(|s| *s.borrow_mut() = buf);
+        }
     }
 
     /// Decodes `raw` (whose first `raw_len` bytes are file content starting
@@ -506,33 +532,90 @@ impl FileReader {
         if used == 0 && spans.is_empty() {
             return 0;
         }
-        // The stream names live once at the end of the buffer.
-        let names = out.len();
-        out.extend_from_slice(b"stdoutstderr");
         let mut events = Vec::with_capacity(spans.len());
+        let mut streams = Vec::with_capacity(spans.len());
         for span in spans {
             let first = msgs
                 .binary_search_by_key(&(span.start as usize), |m| m.start)
                 .ok()
                 .and_then(|i| msgs.get(i));
             let mut ev = Event::from_span(span);
-            if let Some(m) = first {
-                ev.time_ns = m.time_ns;
-                let stream = match m.stream {
-                    Stream::Stdout => Some(Span::new(names, 6)),
-                    Stream::Stderr => Some(Span::new(names + 6, 6)),
-                    Stream::None => None,
-                };
-                if let Some(s) = stream {
-                    ev.fields
-                        .push(("stream".into(), petrel_core::Value::Span(s)));
-                }
-            }
+            ev.time_ns = first.and_then(|m| m.time_ns);
+            streams.push(first.map_or(Stream::None, |m| m.stream));
             events.push(ev);
         }
         charge.shrink_to(ctx.budget.reservation(out.capacity()));
-        self.emit_events(ctx, out, start_offset, used, charge, events, 0);
+        self.emit_by_stream(ctx, out, start_offset, used, charge, events, &streams);
         used
+    }
+
+    /// Emits decoded events in one batch per run of one stream, the
+    /// `stream` field being the batch's metadata rather than a field of
+    /// each event (an allocation per event, 13 % of the agent's CPU on
+    /// container logs). Runs share the buffer; the batches before the last
+    /// commit nothing, the last one the whole read.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_by_stream(
+        &mut self,
+        ctx: &ReadContext,
+        out: Vec<u8>,
+        start_offset: u64,
+        used: usize,
+        mut charge: petrel_core::MemoryCharge,
+        events: Vec<Event>,
+        streams: &[Stream],
+    ) {
+        let buf = Bytes::from(out);
+        let total = streams.len().max(1);
+        let mut events = events.into_iter();
+        let mut i = 0;
+        loop {
+            let stream = streams.get(i).copied().unwrap_or(Stream::None);
+            let run = streams[i.min(streams.len())..]
+                .iter()
+                .take_while(|s| **s == stream)
+                .count();
+            let last = i + run >= streams.len();
+            let run_events: Vec<Event> = events.by_ref().take(run).collect();
+            let (part, end, len) = if last {
+                let rest = std::mem::replace(&mut charge, petrel_core::MemoryCharge::none());
+                (rest, start_offset + used as u64, used)
+            } else {
+                (charge.split(charge.bytes() * run / total), start_offset, 0)
+            };
+            let source = self.stream_source(stream);
+            self.emit_batch(ctx, buf.clone(), source, run_events, end, len, part);
+            if last {
+                break;
+            }
+            i += run;
+        }
+    }
+
+    /// The batch origin for events of `stream`: this file's, with a
+    /// `stream` metadata field.
+    fn stream_source(&mut self, stream: Stream) -> Arc<SourceInfo> {
+        let idx = match stream {
+            Stream::Stdout => 0,
+            Stream::Stderr => 1,
+            Stream::None => return self.source.clone(),
+        };
+        if let Some((base, built)) = &self.stream_sources {
+            if Arc::ptr_eq(base, &self.source) {
+                return built[idx].clone();
+            }
+        }
+        let make = |name: &str| {
+            let mut meta: Vec<(petrel_core::Key, Arc<str>)> = self.source.meta.to_vec();
+            meta.push(("stream".into(), Arc::from(name)));
+            let mut info = SourceInfo::file(self.source.path.clone(), meta.into());
+            info.source_type = self.source.source_type;
+            Arc::new(info)
+        };
+        let built = [make("stdout"), make("stderr")];
+        let r = built[idx].clone();
+        self.stream_sources = Some((self.source.clone(), built));
+        r
     }
 
     fn at_eof(&mut self, ctx: &ReadContext) -> Turn {
@@ -657,12 +740,28 @@ impl FileReader {
             ctx.split_lines.inc_by(split);
         }
         let end = start_offset + len as u64;
+        let source = self.source.clone();
+        self.emit_batch(ctx, Bytes::from(buf), source, events, end, len, charge);
+    }
+
+    /// Sends one batch that commits up to `end` once delivered.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_batch(
+        &mut self,
+        ctx: &ReadContext,
+        buf: Bytes,
+        source: Arc<SourceInfo>,
+        events: Vec<Event>,
+        end: u64,
+        len: usize,
+        charge: petrel_core::MemoryCharge,
+    ) {
         let seq = self.tracker.register(end);
         let n = events.len() as u64;
         // Event descriptors (about half the data for short lines) are
         // covered by the reservation taken before reading, like the
         // encoded copies the sinks make of the batch.
-        let mut batch = EventBatch::new(Bytes::from(buf), self.source.clone());
+        let mut batch = EventBatch::new(buf, source);
         batch.events = events;
         batch.input_bytes = len as u64;
         batch.ack = Some(BatchAck::start(self.tracker.clone(), seq));

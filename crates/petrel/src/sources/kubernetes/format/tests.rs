@@ -205,3 +205,27 @@ fn cri_time_with_offset_is_read() {
     dec.decode(raw.as_bytes(), 0, false, &mut d);
     assert_eq!(d.msgs[0].time_ns, Some(1_709_288_430_000_000_001));
 }
+
+#[test]
+fn the_fast_utc_path_agrees_with_the_general_parser() {
+    for t in [
+        "2024-03-01T10:20:30.123456789Z",
+        "2024-03-01T10:20:30Z",
+        "2024-02-29T23:59:59.5Z",
+        "1999-12-31T00:00:00.000000001Z",
+        "2026-11-23T12:20:47.9715223Z",
+    ] {
+        let general = timestamp::parse_any_prefix(t.as_bytes()).map(|(ns, _)| ns);
+        assert_eq!(parse_utc_rfc3339(t.as_bytes()), general, "{t}");
+    }
+    for bad in [
+        "2024-02-30T10:20:30Z",
+        "2024-03-01T10:20:30.Z",
+        "2024-03-01T10:20:30.1234567891Z",
+        "2024-03-01T10:20:30+08:00",
+        "2024-13-01T10:20:30Z",
+        "2024-03-01 10:20:30Z",
+    ] {
+        assert_eq!(parse_utc_rfc3339(bad.as_bytes()), None, "{bad}");
+    }
+}

@@ -217,66 +217,64 @@ pub fn start_reading(
     select: Option<Arc<dyn service::FileSelector>>,
     source_type: &'static str,
 ) -> anyhow::Result<Box<dyn Source>> {
-    {
-        let agent = ctx.metrics.metrics().clone();
-        // One input thread reads for every file source of every pipeline.
-        let service = ctx.shared.get_or_try_init(|| {
-            FileService::start(
-                ServiceOptions {
-                    data_dir: ctx.engine.data_dir.clone(),
-                    rescan_interval: Duration::from_secs(10),
-                    poll_interval: Duration::from_secs(1),
-                    checkpoint_interval: Duration::from_secs(1),
-                    deleted_file_timeout: Duration::from_secs(60),
-                    rotated_file_idle: Duration::from_secs(5),
-                    close_inactive: Duration::from_secs(300),
-                    checkpoint_ttl: ctx.engine.checkpoint_ttl,
-                    idle_read_delay: IDLE_READ_DELAY,
-                },
-                agent.clone(),
-            )
-        })?;
-        let mut config = config;
-        for p in ctx.own_outputs.iter() {
-            for s in crate::paths::spellings(p) {
-                config.exclude.push(globset::escape(&s.to_string_lossy()));
-            }
-        }
-        let m = &ctx.metrics;
-        let spec = SourceSpec {
-            key: ctx.key.clone(),
-            pipeline: ctx.pipeline.clone(),
-            own_outputs: ctx.own_outputs.clone(),
-            ctx: ReadContext {
-                block_bytes: config.read_block_bytes,
-                max_line_bytes: config.max_line_bytes,
-                partial_line_timeout: config.partial_line_timeout,
-                emitter: ctx.emitter.clone(),
-                budget: ctx.budget.clone(),
-                sent_events: m.sent_events.clone(),
-                sent_bytes: m.sent_bytes.clone(),
-                split_lines: m.error_counter("line_too_long"),
-                pauses: agent
-                    .backpressure_pauses
-                    .get_or_create(&vec![("pipeline".to_string(), ctx.pipeline.clone())])
-                    .clone(),
-                read_errors: m.error_counter("read_failed"),
-                truncations: m.error_counter("file_truncated"),
-                meta: ctx.meta.clone(),
-                multiline: config.multiline.clone().map(Arc::new),
-                multiline_cut: m.error_counter("multiline_cut"),
+    let agent = ctx.metrics.metrics().clone();
+    // One input thread reads for every file source of every pipeline.
+    let service = ctx.shared.get_or_try_init(|| {
+        FileService::start(
+            ServiceOptions {
+                data_dir: ctx.engine.data_dir.clone(),
+                rescan_interval: Duration::from_secs(10),
+                poll_interval: Duration::from_secs(1),
+                checkpoint_interval: Duration::from_secs(1),
+                deleted_file_timeout: Duration::from_secs(60),
+                rotated_file_idle: Duration::from_secs(5),
+                close_inactive: Duration::from_secs(300),
+                checkpoint_ttl: ctx.engine.checkpoint_ttl,
+                idle_read_delay: IDLE_READ_DELAY,
             },
-            config,
-            select,
-            source_type,
-        };
-        service.add(spec);
-        Ok(Box::new(RunningFileSource {
-            service,
-            key: ctx.key,
-            stopped: None,
-        }))
+            agent.clone(),
+        )
+    })?;
+    let mut config = config;
+    for p in ctx.own_outputs.iter() {
+        for s in crate::paths::spellings(p) {
+            config.exclude.push(globset::escape(&s.to_string_lossy()));
+        }
     }
+    let m = &ctx.metrics;
+    let spec = SourceSpec {
+        key: ctx.key.clone(),
+        pipeline: ctx.pipeline.clone(),
+        own_outputs: ctx.own_outputs.clone(),
+        ctx: ReadContext {
+            block_bytes: config.read_block_bytes,
+            max_line_bytes: config.max_line_bytes,
+            partial_line_timeout: config.partial_line_timeout,
+            emitter: ctx.emitter.clone(),
+            budget: ctx.budget.clone(),
+            sent_events: m.sent_events.clone(),
+            sent_bytes: m.sent_bytes.clone(),
+            split_lines: m.error_counter("line_too_long"),
+            pauses: agent
+                .backpressure_pauses
+                .get_or_create(&vec![("pipeline".to_string(), ctx.pipeline.clone())])
+                .clone(),
+            read_errors: m.error_counter("read_failed"),
+            truncations: m.error_counter("file_truncated"),
+            meta: ctx.meta.clone(),
+            multiline: config.multiline.clone().map(Arc::new),
+            multiline_cut: m.error_counter("multiline_cut"),
+        },
+        config,
+        select,
+        source_type,
+    };
+    service.add(spec);
+    Ok(Box::new(RunningFileSource {
+        service,
+        key: ctx.key,
+        stopped: None,
+    }))
 }
 
 /// A file source registered with the shared input thread.

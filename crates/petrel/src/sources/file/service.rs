@@ -759,6 +759,13 @@ impl Input {
                 // Its checkpoint entries are still in `saved`.
                 continue;
             }
+            if src.readers.is_empty() && src.closing.is_empty() && src.pending.is_empty() {
+                // Nothing to resume: written as absent, the same on load.
+                // A thousand pipelines whose selectors match no container
+                // otherwise cost a thousand keys in every checkpoint
+                // written while others read (BENCHMARKS.md section 7).
+                continue;
+            }
             let m = snap.entry(src.spec.key.clone()).or_default();
             for r in src.readers.values() {
                 m.insert(

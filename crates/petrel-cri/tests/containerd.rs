@@ -2,31 +2,18 @@
 //! (run `scripts/cri-lab.sh setup` once first), and
 //! against absent or hung sockets.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::{wait_for, LONG};
 use petrel_cri::lab::{ContainerState, Containerd};
 use petrel_cri::{Runtime, RuntimeWatcher, WatcherOptions};
 
-const LONG: Duration = Duration::from_secs(60);
 const IMAGE: &str = "localhost/crilab/busybox:1";
-
-/// Polls `f` every 100 ms until it returns Some, for at most `limit`.
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// CRI records of a log file: (stream, tag, message).
 fn records(path: &Path) -> Vec<(String, String, String)> {

@@ -2,29 +2,17 @@
 //! (Debian's docker.io; `scripts/docker-lab.sh setup` installs it). Pods are containers
 //! labelled as kubelet's dockershim / cri-dockerd labels them.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::{wait_for, LONG};
 use petrel_cri::lab::Dockerd;
 use petrel_cri::{Runtime, RuntimeWatcher, WatcherOptions};
 
-const LONG: Duration = Duration::from_secs(60);
 const IMAGE: &str = Dockerd::IMAGE;
-
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// Runs the docker CLI against the lab daemon, failing the test on error.
 fn docker(d: &Dockerd, args: &[&str]) -> String {

@@ -33,6 +33,16 @@ fn config(dir: &Path, pods: &Path, docker: &Path, out: &Path, extra: &str) -> Pa
     )
 }
 
+/// One container `shop/web-1/app` whose log goes to `out.ndjson`, with
+/// `partial_line_timeout_ms`: (out, the container's 0.log, the config).
+fn one_container(dir: &Path, partial_ms: u64) -> (PathBuf, PathBuf, PathBuf) {
+    let (pods, out) = (dir.join("pods"), dir.join("out.ndjson"));
+    let log = pod_log(&pods, "shop", "web-1", "app");
+    let extra = format!("    partial_line_timeout_ms: {partial_ms}\n");
+    let cfg = config(dir, &pods, &dir.join("none"), &out, &extra);
+    (out, log, cfg)
+}
+
 fn by_message(out: &Path) -> Vec<serde_json::Value> {
     json_lines(out)
 }
@@ -128,15 +138,7 @@ fn cri_and_docker_records_become_messages_with_pod_metadata() {
 #[test]
 fn a_chain_cut_by_rotation_is_flushed_and_the_new_file_read() {
     let dir = tempdir();
-    let (pods, out) = (dir.path().join("pods"), dir.path().join("out.ndjson"));
-    let log = pod_log(&pods, "shop", "web-1", "app");
-    let cfg = config(
-        dir.path(),
-        &pods,
-        &dir.path().join("none"),
-        &out,
-        "    partial_line_timeout_ms: 300\n",
-    );
+    let (out, log, cfg) = one_container(dir.path(), 300);
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     append(
         &log,
@@ -169,15 +171,7 @@ fn a_chain_cut_by_rotation_is_flushed_and_the_new_file_read() {
 #[test]
 fn an_unfinished_chain_survives_kill_9_and_comes_out_once() {
     let dir = tempdir();
-    let (pods, out) = (dir.path().join("pods"), dir.path().join("out.ndjson"));
-    let log = pod_log(&pods, "shop", "web-1", "app");
-    let cfg = config(
-        dir.path(),
-        &pods,
-        &dir.path().join("none"),
-        &out,
-        "    partial_line_timeout_ms: 60000\n",
-    );
+    let (out, log, cfg) = one_container(dir.path(), 60000);
     let data = dir.path().join("data");
     let mut agent = Agent::start(&cfg, &data);
     append(

@@ -12,16 +12,18 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::Key;
 
 use super::select::{Facts, Selector};
-use super::{container_fields, Catalog, RuntimeChoice, RuntimeInfo, RuntimeMeta, RuntimeSettings};
+use super::{
+    container_fields, reading, Catalog, RuntimeChoice, RuntimeInfo, RuntimeMeta, RuntimeSettings,
+    SharedKeys,
+};
 use crate::sources::file::service::{FileSelector, Selected};
-use crate::sources::file::{FileSourceConfig, ReadFrom};
+use crate::sources::file::FileSourceConfig;
 
 /// Keys accepted by the source.
 pub const KEYS: &[&str] = &[
@@ -75,60 +77,38 @@ impl ContainerFilesConfig {
                 }
             }
         }
-        let runtime = RuntimeSettings::parse(&map);
-        if runtime.choice == RuntimeChoice::None {
-            if let Some(n) = map.get("runtime") {
+        let shared = SharedKeys::parse(&map);
+        if let Some(n) = map.get("runtime") {
+            if shared
+                .as_ref()
+                .is_some_and(|k| k.runtime.choice == RuntimeChoice::None)
+            {
                 n.error("`container_files` finds containers through the runtime; set `runtime: auto`, `containerd` or `docker`");
             }
         }
-        let include = map
-            .get("include")
-            .map_or(Some(Selector::default()), Selector::parse);
-        let exclude = map
-            .get("exclude")
-            .map_or(Some(Selector::default()), Selector::parse);
         let max_line_bytes = map.u64("max_line_bytes", true).unwrap_or(1 << 20) as usize;
-        let multiline = match map.get("multiline") {
-            Some(n) => Some(super::super::file::multiline::Multiline::parse(
-                n,
-                max_line_bytes,
-            )?),
-            None => None,
-        };
-        let read_from = match map.choice("read_from", &["beginning", "end"]) {
-            Some("end") => ReadFrom::End,
-            _ => ReadFrom::Beginning,
-        };
-        let annotation_fields = map
-            .get("annotation_fields")
-            .map(|n| {
-                n.as_str_list()
-                    .into_iter()
-                    .map(|(s, _)| s.to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let file = reading(
+            &map,
+            Vec::new(),
+            max_line_bytes.clamp(64, 1 << 30),
+            max_line_bytes,
+        );
         if paths.is_empty() {
             return None;
         }
+        let SharedKeys {
+            runtime,
+            include,
+            exclude,
+            annotation_fields,
+        } = shared?;
         Some(Self {
             paths,
             runtime,
-            include: include?,
-            exclude: exclude?,
+            include,
+            exclude,
             annotation_fields,
-            file: FileSourceConfig {
-                include: Vec::new(),
-                exclude: Vec::new(),
-                read_from,
-                max_line_bytes: max_line_bytes.clamp(64, 1 << 30),
-                partial_line_timeout: Duration::from_millis(
-                    map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
-                ),
-                read_block_bytes: 256 << 10,
-                multiline,
-                close_inactive: None,
-            },
+            file: file?,
         })
     }
 }

@@ -82,18 +82,90 @@ pub struct RuntimeSettings {
     pub docker_socket: PathBuf,
 }
 
+/// The path at key `k` (relative to the configuration file), or `default`.
+fn path_or(map: &Map<'_>, k: &str, default: &str) -> PathBuf {
+    match map.get(k) {
+        Some(n) => n
+            .as_str()
+            .map(|s| crate::paths::resolve_path(n, s))
+            .unwrap_or_default(),
+        None => PathBuf::from(default),
+    }
+}
+
+/// The keys `kubernetes_logs` and `container_files` share: where metadata
+/// comes from, which containers are read, and which annotations are
+/// copied.
+struct SharedKeys {
+    runtime: RuntimeSettings,
+    include: Selector,
+    exclude: Selector,
+    annotation_fields: Vec<String>,
+}
+
+impl SharedKeys {
+    fn parse(map: &Map<'_>) -> Option<Self> {
+        let selector = |k: &str| {
+            map.get(k)
+                .map_or(Some(Selector::default()), Selector::parse)
+        };
+        let (include, exclude) = (selector("include"), selector("exclude"));
+        let annotation_fields = map
+            .get("annotation_fields")
+            .map(|n| {
+                n.as_str_list()
+                    .into_iter()
+                    .map(|(s, _)| s.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Self {
+            runtime: RuntimeSettings::parse(map),
+            include: include?,
+            exclude: exclude?,
+            annotation_fields,
+        })
+    }
+}
+
+/// The file input's settings of a container source: `read_from` (from the
+/// beginning by default: a new container's first lines matter),
+/// `multiline`, `partial_line_timeout_ms`.
+fn reading(
+    map: &Map<'_>,
+    include: Vec<String>,
+    max_line_bytes: usize,
+    multiline_max_bytes: usize,
+) -> Option<FileSourceConfig> {
+    let read_from = match map.choice("read_from", &["beginning", "end"]) {
+        Some("end") => ReadFrom::End,
+        _ => ReadFrom::Beginning,
+    };
+    let multiline = match map.get("multiline") {
+        Some(n) => Some(super::file::multiline::Multiline::parse(
+            n,
+            multiline_max_bytes,
+        )?),
+        None => None,
+    };
+    Some(FileSourceConfig {
+        include,
+        exclude: Vec::new(),
+        read_from,
+        max_line_bytes,
+        partial_line_timeout: Duration::from_millis(
+            map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
+        ),
+        read_block_bytes: 256 << 10,
+        multiline,
+        close_inactive: None,
+    })
+}
+
 impl RuntimeSettings {
     /// Reads `runtime`, `containerd_socket` and `docker_socket`.
     pub fn parse(map: &Map<'_>) -> Self {
-        let path = |k: &str, default: &str| -> PathBuf {
-            match map.get(k) {
-                Some(n) => n
-                    .as_str()
-                    .map(|s| crate::paths::resolve_path(n, s))
-                    .unwrap_or_default(),
-                None => PathBuf::from(default),
-            }
-        };
+        let path = |k: &str, default: &str| path_or(map, k, default);
         let choice = match map.choice("runtime", &["auto", "containerd", "docker", "none"]) {
             Some("containerd") => RuntimeChoice::Containerd,
             Some("docker") => RuntimeChoice::Docker,
@@ -137,24 +209,9 @@ pub struct KubernetesLogsConfig {
 impl KubernetesLogsConfig {
     /// Reads the source's keys.
     pub fn parse(map: Map<'_>) -> Option<Self> {
-        let dir = |k: &str, default: &str| -> PathBuf {
-            match map.get(k) {
-                Some(n) => n
-                    .as_str()
-                    .map(|s| crate::paths::resolve_path(n, s))
-                    .unwrap_or_default(),
-                None => PathBuf::from(default),
-            }
-        };
-        let pods_dir = dir("pods_dir", "/var/log/pods");
-        let docker_dir = dir("docker_dir", "/var/lib/docker/containers");
-        let runtime = RuntimeSettings::parse(&map);
-        let include = map
-            .get("include")
-            .map_or(Some(Selector::default()), Selector::parse);
-        let exclude = map
-            .get("exclude")
-            .map_or(Some(Selector::default()), Selector::parse);
+        let pods_dir = path_or(&map, "pods_dir", "/var/log/pods");
+        let docker_dir = path_or(&map, "docker_dir", "/var/lib/docker/containers");
+        let shared = SharedKeys::parse(&map);
         let mut streams = Streams {
             stdout: true,
             stderr: true,
@@ -183,24 +240,12 @@ impl KubernetesLogsConfig {
                 n.error("`max_merged_line_bytes` must be at least 1KiB");
             }
         }
-        let annotation_fields = map
-            .get("annotation_fields")
-            .map(|n| {
-                n.as_str_list()
-                    .into_iter()
-                    .map(|(s, _)| s.to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let read_from = match map.choice("read_from", &["beginning", "end"]) {
-            Some("end") => ReadFrom::End,
-            _ => ReadFrom::Beginning,
-        };
-        let multiline = match map.get("multiline") {
-            Some(n) => super::file::multiline::Multiline::parse(n, max_merged)?.into(),
-            None => None,
-        };
-        let (include, exclude) = (include?, exclude?);
+        let SharedKeys {
+            runtime,
+            include,
+            exclude,
+            annotation_fields,
+        } = shared?;
         if runtime.choice == RuntimeChoice::None
             && (include.needs_runtime() || exclude.needs_runtime())
         {
@@ -228,20 +273,9 @@ impl KubernetesLogsConfig {
             metadata_wait: Duration::from_millis(
                 map.u64("metadata_wait_ms", false).unwrap_or(5000),
             ),
-            file: FileSourceConfig {
-                include: include_globs,
-                exclude: Vec::new(),
-                read_from,
-                // A raw record is at most a runtime's split size plus its
-                // prefix; anything longer is not a record.
-                max_line_bytes: max_merged.max(64 << 10),
-                partial_line_timeout: Duration::from_millis(
-                    map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
-                ),
-                read_block_bytes: 256 << 10,
-                multiline,
-                close_inactive: None,
-            },
+            // A raw record is at most a runtime's split size plus its
+            // prefix; anything longer is not a record.
+            file: reading(&map, include_globs, max_merged.max(64 << 10), max_merged)?,
         })
     }
 }

@@ -8,7 +8,11 @@
 //! payload`; a record never spans segments. The payload is opaque here.
 //!
 //! * A [`Writer`] appends to a segment it holds an exclusive `flock` on,
-//!   and starts a new segment after `segment_bytes`. Sequence numbers grow
+//!   and starts a new segment after `segment_bytes` (from the cap:
+//!   [`WriterOptions::for_cap`]). The cap bounds *undelivered* bytes: the
+//!   writer measures the segments less what the reader committed (its
+//!   `reader.state`), and lets go of its open segment once everything in
+//!   it was delivered, so the reader can delete it. Sequence numbers grow
 //!   (at least the current time in microseconds), so a name is never
 //!   reused even after every segment was deleted. A segment is created
 //!   under a temporary name, locked, then renamed into place, so a reader
@@ -21,9 +25,11 @@
 //!   holds any more, fully committed, is deleted.
 //! * A crash mid-write leaves a torn last record. A segment whose writer
 //!   is gone (its lock released by the kernel) is final: a record that is
-//!   incomplete or fails its checksum ends its good prefix, and the bytes
-//!   after it are counted as corrupt ([`Reader::corrupt_bytes`]) instead of
-//!   being read, so a torn tail never causes a crash loop.
+//!   incomplete or fails its checksum is skipped up to the next record
+//!   whose length fits and whose checksum matches, the skipped bytes are
+//!   counted ([`Reader::corrupt_bytes`], [`Reader::damaged_records`]), and
+//!   a segment with damaged records is moved to [`QUARANTINE_DIR`] once
+//!   read instead of being deleted. A torn tail never causes a crash loop.
 //!
 //! # Durability
 //! [`Writer::sync`] makes every appended record durable (`fdatasync`).
@@ -38,9 +44,12 @@ mod reader;
 mod shared;
 mod writer;
 
-pub use reader::{Chunk, Reader};
+pub use reader::{Chunk, Reader, QUARANTINE_DIR};
 pub use shared::SharedWriter;
-pub use writer::{AppendError, Writer, WriterOptions};
+pub use writer::{
+    undelivered_bytes, AppendError, Writer, WriterOptions, MAX_SEGMENT_BYTES, MAX_UNWRITTEN,
+    MIN_MAX_BYTES,
+};
 
 use std::fs::File;
 use std::io;

@@ -18,6 +18,34 @@ use crate::{
 const STATE_FILE: &str = "reader.state";
 const LOCK_FILE: &str = "reader.lock";
 
+/// Where damaged segments are moved once read, for an operator to look
+/// at, instead of being deleted.
+pub const QUARANTINE_DIR: &str = "quarantine";
+
+/// Damaged segments kept in [`QUARANTINE_DIR`]; older ones are deleted so
+/// a disk that keeps damaging data cannot fill up with them.
+const QUARANTINE_KEEP: usize = 8;
+
+/// The committed positions in `dir`'s state file (segment → offset).
+pub(crate) fn read_state(dir: &Path) -> io::Result<BTreeMap<u64, u64>> {
+    let mut committed = BTreeMap::new();
+    match std::fs::read_to_string(dir.join(STATE_FILE)) {
+        Ok(text) => {
+            for line in text.lines() {
+                let mut it = line.split_whitespace();
+                if let (Some(seq), Some(off)) = (it.next(), it.next()) {
+                    if let (Ok(seq), Ok(off)) = (u64::from_str_radix(seq, 16), off.parse()) {
+                        committed.insert(seq, off);
+                    }
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(committed)
+}
+
 /// The state file is rewritten at most this often (each write syncs).
 const STATE_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -52,6 +80,8 @@ struct Segment {
     /// No writer holds the segment any more; `end` is where its good
     /// records end.
     end: Option<u64>,
+    /// Records were skipped as damaged: quarantined instead of deleted.
+    damaged: bool,
 }
 
 /// Reads a spool directory; only one reader per directory at a time.
@@ -63,6 +93,8 @@ pub struct Reader {
     last_state: Instant,
     last_list: Option<Instant>,
     corrupt_bytes: u64,
+    damaged_records: u64,
+    quarantined: u64,
 }
 
 impl Reader {
@@ -84,21 +116,7 @@ impl Reader {
                 ),
             ));
         }
-        let mut committed = BTreeMap::new();
-        match std::fs::read_to_string(dir.join(STATE_FILE)) {
-            Ok(text) => {
-                for line in text.lines() {
-                    let mut it = line.split_whitespace();
-                    if let (Some(seq), Some(off)) = (it.next(), it.next()) {
-                        if let (Ok(seq), Ok(off)) = (u64::from_str_radix(seq, 16), off.parse()) {
-                            committed.insert(seq, off);
-                        }
-                    }
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        let committed = read_state(dir)?;
         let mut reader = Self {
             dir: dir.to_path_buf(),
             _lock: lock,
@@ -107,6 +125,8 @@ impl Reader {
             last_state: Instant::now(),
             last_list: None,
             corrupt_bytes: 0,
+            damaged_records: 0,
+            quarantined: 0,
         };
         reader.list(&committed)?;
         Ok(reader)
@@ -121,6 +141,18 @@ impl Reader {
     /// mid-record (or whose data was damaged), skipped since opening.
     pub fn corrupt_bytes(&self) -> u64 {
         self.corrupt_bytes
+    }
+
+    /// Damaged places skipped since opening: each is a record whose
+    /// length or checksum was wrong, after which reading went on at the
+    /// next valid record.
+    pub fn damaged_records(&self) -> u64 {
+        self.damaged_records
+    }
+
+    /// Damaged segments moved to [`QUARANTINE_DIR`] since opening.
+    pub fn quarantined_segments(&self) -> u64 {
+        self.quarantined
     }
 
     /// Segments currently known.
@@ -149,6 +181,7 @@ impl Reader {
                     committed: start,
                     pending: BTreeMap::new(),
                     end: None,
+                    damaged: false,
                 },
             );
         }
@@ -233,15 +266,43 @@ impl Reader {
                 }
                 Scan::NeedMore(_) | Scan::Corrupt => {
                     // A writer may still be completing it; once none holds
-                    // the segment, the rest is a torn or damaged tail.
+                    // the segment, the rest is judged.
                     if seg.end.is_none() && unlocked(&seg.file)? {
                         let len = seg.file.metadata()?.len();
                         if len > seg.read_off + avail {
                             // It grew before the writer let go: read again.
                             return self.read_segment(seq, max_bytes);
                         }
-                        self.corrupt_bytes += len.saturating_sub(seg.read_off);
-                        seg.end = Some(seg.read_off);
+                        let from = seg.read_off;
+                        match next_valid_record(&seg.file, from + 1, len)? {
+                            Some(next) => {
+                                // Damage in the middle: the records after it
+                                // are intact. The skipped bytes count as
+                                // delivered so the committed position can
+                                // pass them.
+                                self.corrupt_bytes += next - from;
+                                self.damaged_records += 1;
+                                seg.damaged = true;
+                                seg.read_off = next;
+                                seg.pending.insert(from, (next, true));
+                                if seg.committed == from {
+                                    seg.pending.remove(&from);
+                                    seg.committed = next;
+                                    self.state_dirty = true;
+                                }
+                                return self.read_segment(seq, max_bytes);
+                            }
+                            None => {
+                                // A torn tail (a crash mid-write) or damage
+                                // with nothing valid after it.
+                                if matches!(problem, Scan::Corrupt) {
+                                    self.damaged_records += 1;
+                                    seg.damaged = true;
+                                }
+                                self.corrupt_bytes += len.saturating_sub(from);
+                                seg.end = Some(from);
+                            }
+                        }
                     }
                     return Ok(None);
                 }
@@ -281,7 +342,14 @@ impl Reader {
             .map(|(q, _)| *q)
             .collect();
         for seq in done {
-            match std::fs::remove_file(self.dir.join(segment_name(seq))) {
+            let damaged = self.segments.get(&seq).is_some_and(|s| s.damaged);
+            let path = self.dir.join(segment_name(seq));
+            let gone = if damaged {
+                self.quarantine(seq, &path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            match gone {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -301,6 +369,21 @@ impl Reader {
             self.last_state = Instant::now();
         }
         Ok(())
+    }
+
+    /// Moves a damaged, fully read segment to the quarantine directory
+    /// (keeping the newest [`QUARANTINE_KEEP`]).
+    fn quarantine(&mut self, seq: u64, path: &Path) -> io::Result<()> {
+        let qdir = self.dir.join(QUARANTINE_DIR);
+        std::fs::create_dir_all(&qdir)?;
+        std::fs::rename(path, qdir.join(segment_name(seq)))?;
+        self.quarantined += 1;
+        let mut kept = list_segments(&qdir)?;
+        while kept.len() > QUARANTINE_KEEP {
+            let (old, _) = kept.remove(0);
+            let _ = std::fs::remove_file(qdir.join(segment_name(old)));
+        }
+        File::open(&self.dir)?.sync_all()
     }
 
     /// Bytes read but not yet committed.
@@ -329,6 +412,7 @@ impl Reader {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Scan {
     /// Every byte formed whole records.
     Done,
@@ -366,6 +450,57 @@ fn scan(buf: &[u8]) -> (Vec<Range<usize>>, usize, Scan) {
         records.push(p + RECORD_HEADER..p + total);
         p += total;
     }
+}
+
+/// How much of a damaged segment is examined at a time when looking for
+/// the next valid record.
+const RESYNC_WINDOW: usize = 1 << 20;
+
+/// The offset of the first valid record at or after `from` in a finished
+/// segment of `len` bytes: a header whose length fits in the segment and
+/// whose checksum matches its payload. A random match would need the 32-bit
+/// CRC to agree by chance, and most damaged positions are rejected by their
+/// length alone, so this costs little even over a large damaged range.
+fn next_valid_record(file: &File, from: u64, len: u64) -> io::Result<Option<u64>> {
+    let mut base = from;
+    while base + RECORD_HEADER as u64 <= len {
+        let want = ((len - base) as usize).min(RESYNC_WINDOW + RECORD_HEADER);
+        let mut buf = vec![0u8; want];
+        let n = read_full_at(file, &mut buf, base)?;
+        buf.truncate(n);
+        if n < RECORD_HEADER {
+            break;
+        }
+        let last = n - RECORD_HEADER;
+        for i in 0..=last.min(RESYNC_WINDOW - 1) {
+            let h = &buf[i..i + RECORD_HEADER];
+            let rlen = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as u64;
+            let at = base + i as u64;
+            // Writers never append empty records, and eight zero bytes
+            // (a zero-filled tail after a crash) would pass as one.
+            if rlen == 0 || rlen > MAX_RECORD as u64 || at + RECORD_HEADER as u64 + rlen > len {
+                continue;
+            }
+            let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+            let start = i + RECORD_HEADER;
+            let end = start + rlen as usize;
+            let ok = if end <= buf.len() {
+                crc32c::crc32c(&buf[start..end]) == crc
+            } else {
+                let mut payload = vec![0u8; rlen as usize];
+                read_full_at(file, &mut payload, at + RECORD_HEADER as u64)? == payload.len()
+                    && crc32c::crc32c(&payload) == crc
+            };
+            if ok {
+                return Ok(Some(at));
+            }
+        }
+        if n <= RECORD_HEADER {
+            break;
+        }
+        base += (last.min(RESYNC_WINDOW - 1) + 1) as u64;
+    }
+    Ok(None)
 }
 
 fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {

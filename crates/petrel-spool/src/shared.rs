@@ -9,6 +9,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::writer::{AppendError, Writer};
 
 type Listener = Box<dyn Fn(u64) + Send + Sync>;
+type FailureListener = Box<dyn Fn(&str) + Send + Sync>;
 
 struct SyncState {
     /// Records appended so far (the ticket of the last one).
@@ -29,6 +30,7 @@ struct Inner {
     changed: Condvar,
     interval: Duration,
     listeners: Mutex<Vec<Listener>>,
+    failure_listeners: Mutex<Vec<FailureListener>>,
 }
 
 /// A [`Writer`] behind a lock, whose records are made durable by a
@@ -55,6 +57,7 @@ impl SharedWriter {
             changed: Condvar::new(),
             interval: sync_interval,
             listeners: Mutex::new(Vec::new()),
+            failure_listeners: Mutex::new(Vec::new()),
         });
         let worker = inner.clone();
         let handle = std::thread::Builder::new()
@@ -125,6 +128,13 @@ impl SharedWriter {
         self.inner.listeners.lock().push(Box::new(f));
     }
 
+    /// Calls `f` with the error after every failed write or sync (from the
+    /// syncer thread), so that callers waiting for durability can be
+    /// answered at once instead of at their timeout.
+    pub fn on_failure(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        self.inner.failure_listeners.lock().push(Box::new(f));
+    }
+
     /// Runs `f` on the writer (to read its usage, say).
     pub fn with_writer<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
         f(&mut self.inner.writer.lock())
@@ -191,7 +201,11 @@ impl Inner {
                     s.error = None;
                 }
                 Err(e) => {
-                    self.state.lock().error = Some(e.to_string());
+                    let e = e.to_string();
+                    for l in self.failure_listeners.lock().iter() {
+                        l(&e);
+                    }
+                    self.state.lock().error = Some(e);
                     self.changed.notify_all();
                     // Retry after a pause rather than spinning on a failing disk.
                     std::thread::sleep(Duration::from_millis(100));

@@ -112,29 +112,116 @@ fn a_torn_tail_of_a_dead_writer_keeps_the_good_prefix_and_is_counted() {
     );
 }
 
-#[test]
-fn a_damaged_record_ends_the_good_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let recs = numbered(50);
+/// Writes `recs` into one finished segment and returns its path and the
+/// offset of record `i`'s header.
+fn one_segment(dir: &std::path::Path, recs: &[Vec<u8>], i: usize) -> (std::path::PathBuf, usize) {
     {
-        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
-        for r in &recs {
+        let mut w = Writer::open(dir, opts(1 << 30, 1 << 30)).unwrap();
+        for r in recs {
             w.append(r).unwrap();
         }
     }
-    let (seq, len) = list_segments(dir.path()).unwrap()[0];
-    let path = dir.path().join(segment_name(seq));
+    let segs = list_segments(dir).unwrap();
+    assert_eq!(segs.len(), 1);
+    let off = recs[..i].iter().map(|r| RECORD_HEADER + r.len()).sum();
+    (dir.join(segment_name(segs[0].0)), off)
+}
+
+#[test]
+fn a_damaged_record_is_skipped_and_reading_goes_on_at_the_next_valid_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(20_000);
+    let (path, off) = one_segment(dir.path(), &recs, 9_000);
     let mut bytes = std::fs::read(&path).unwrap();
-    // Flip a payload byte of record 10.
-    let mut off = 0;
-    for r in &recs[..10] {
-        off += RECORD_HEADER + r.len();
-    }
-    bytes[off + RECORD_HEADER] ^= 0xff;
+    // Flip one payload byte of record 9000.
+    bytes[off + RECORD_HEADER + 3] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
     let mut r = Reader::open(dir.path()).unwrap();
-    assert_eq!(drain(&mut r, true), recs[..10].to_vec());
-    assert_eq!(r.corrupt_bytes(), len - off as u64);
+    let mut want = recs.clone();
+    want.remove(9_000);
+    assert_eq!(drain(&mut r, true), want);
+    assert_eq!(
+        r.corrupt_bytes(),
+        (RECORD_HEADER + recs[9_000].len()) as u64
+    );
+    assert_eq!(r.damaged_records(), 1);
+    r.maintain(true).unwrap();
+    // Not deleted: kept for an operator to look at.
+    assert!(!path.exists());
+    let q = dir.path().join(QUARANTINE_DIR);
+    assert_eq!(list_segments(&q).unwrap().len(), 1);
+    assert_eq!(list_segments(dir.path()).unwrap().len(), 0);
+    assert_eq!(r.quarantined_segments(), 1);
+}
+
+#[test]
+fn a_bad_length_in_the_first_record_loses_only_that_record() {
+    for bad_len in [u32::MAX, 1_000_000, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let recs = numbered(20_000);
+        let (path, _) = one_segment(dir.path(), &recs, 0);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..4].copy_from_slice(&bad_len.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let mut r = Reader::open(dir.path()).unwrap();
+        assert_eq!(drain(&mut r, true), recs[1..].to_vec(), "length {bad_len}");
+        assert_eq!(r.damaged_records(), 1);
+        r.maintain(true).unwrap();
+        assert_eq!(
+            list_segments(&dir.path().join(QUARANTINE_DIR))
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
+
+#[test]
+fn a_reader_restarted_after_a_damaged_record_resumes_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(3_000);
+    let (path, off) = one_segment(dir.path(), &recs, 10);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[off + RECORD_HEADER] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    {
+        let mut r = Reader::open(dir.path()).unwrap();
+        // Read without committing the first chunks: then commit all.
+        let mut chunks = Vec::new();
+        while let Some(c) = r.read(4096).unwrap() {
+            chunks.push((c.segment, c.start, c.end, c.records.len()));
+            if chunks.len() == 3 {
+                break;
+            }
+        }
+        for (s, a, b, _) in &chunks {
+            r.complete(*s, *a, *b);
+        }
+        r.maintain(true).unwrap();
+    }
+    let mut r = Reader::open(dir.path()).unwrap();
+    let rest = drain(&mut r, true);
+    let mut want = recs.clone();
+    want.remove(10);
+    assert_eq!(rest, want[want.len() - rest.len()..].to_vec());
+    assert!(rest.len() < want.len());
+}
+
+#[test]
+fn a_torn_tail_is_not_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(100);
+    let (path, _) = one_segment(dir.path(), &recs, 0);
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&500u32.to_le_bytes()).unwrap();
+    f.write_all(b"half").unwrap();
+    drop(f);
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), recs);
+    assert_eq!(r.corrupt_bytes(), 8);
+    r.maintain(true).unwrap();
+    assert!(!path.exists());
+    assert!(!dir.path().join(QUARANTINE_DIR).exists());
 }
 
 #[test]
@@ -160,7 +247,7 @@ fn an_incomplete_record_of_a_live_writer_is_waited_for_not_counted() {
 }
 
 #[test]
-fn a_full_spool_refuses_appends_until_the_reader_deletes_segments() {
+fn a_full_spool_refuses_appends_until_the_reader_commits() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Writer::open(dir.path(), opts(4 << 10, 16 << 10)).unwrap();
     let rec = vec![b'z'; 1000];
@@ -180,8 +267,68 @@ fn a_full_spool_refuses_appends_until_the_reader_deletes_segments() {
     assert_eq!(drain(&mut r, true).len(), accepted);
     r.maintain(true).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    // Finished segments are gone; the writer measures again and has room.
+    // Everything was delivered; the writer measures again and has room.
     w.append(&rec).unwrap();
+}
+
+/// The wedge of issue 19: a cap below the segment size, a healthy reader
+/// that commits everything, and a long-running writer. The delivered part
+/// of the open segment must not count against the cap, and the segment
+/// must be let go of so that the disk is freed.
+#[test]
+fn a_cap_below_the_segment_size_never_wedges_with_a_healthy_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    // The old default: 32 MiB segments, whatever the cap.
+    let mut w = Writer::open(dir.path(), opts(32 << 20, 64 << 10)).unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    let rec = vec![b'q'; 500];
+    let mut delivered = 0usize;
+    for i in 0..5_000 {
+        let mut tries = 0;
+        loop {
+            match w.append(&rec) {
+                Ok(()) => break,
+                Err(AppendError::Full) => {
+                    w.flush().unwrap();
+                    delivered += drain(&mut r, true).len();
+                    r.maintain(true).unwrap();
+                    std::thread::sleep(Duration::from_millis(11));
+                    tries += 1;
+                    assert!(
+                        tries < 50,
+                        "record {i}: the spool stays full although everything was delivered"
+                    );
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    w.flush().unwrap();
+    // New segments are listed at most every 50 ms.
+    std::thread::sleep(Duration::from_millis(60));
+    delivered += drain(&mut r, true).len();
+    assert_eq!(delivered, 5_000);
+    r.maintain(true).unwrap();
+    // The disk holds at most the cap plus one segment's delivered part.
+    assert!(spool_bytes(dir.path()).unwrap() <= 2 * (64 << 10));
+}
+
+#[test]
+fn segments_are_sized_from_the_cap() {
+    assert_eq!(WriterOptions::for_cap(2 << 20).segment_bytes, 512 << 10);
+    assert_eq!(
+        WriterOptions::for_cap(1 << 30).segment_bytes,
+        MAX_SEGMENT_BYTES
+    );
+    assert_eq!(WriterOptions::default().segment_bytes, MAX_SEGMENT_BYTES);
+}
+
+#[test]
+fn a_record_larger_than_the_cap_is_too_large_not_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), opts(1 << 20, 4 << 10)).unwrap();
+    assert!(matches!(w.append(&[0u8; 5000]), Err(AppendError::TooLarge)));
+    w.append(&[0u8; 100]).unwrap();
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::{segment_name, spool_bytes, try_lock_exclusive, MAX_RECORD, RECORD_HEADER};
+use crate::{list_segments, segment_name, try_lock_exclusive, MAX_RECORD, RECORD_HEADER};
 
 /// Bytes buffered in memory before they are written to the segment: large
 /// enough to make one `write` per network block, small enough that a
@@ -18,22 +18,40 @@ const WRITE_BUFFER: usize = 64 << 10;
 /// again (a reader may have deleted segments meanwhile).
 const RESCAN_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The largest segment: big enough that creating segments costs nothing
+/// at speed, small enough that a finished one is reclaimed soon.
+pub const MAX_SEGMENT_BYTES: u64 = 32 << 20;
+
+/// The smallest cap a spool accepts: a few segments of useful size.
+pub const MIN_MAX_BYTES: u64 = 1 << 20;
+
 /// Limits of a writer.
 #[derive(Debug, Clone, Copy)]
 pub struct WriterOptions {
     /// A new segment is started once the current one reaches this size.
     pub segment_bytes: u64,
     /// Appends are refused with [`AppendError::Full`] while the spool's
-    /// segments (all writers') would exceed this.
+    /// undelivered bytes (all writers', as the reader's committed
+    /// positions say) would exceed this.
     pub max_bytes: u64,
+}
+
+impl WriterOptions {
+    /// Options for a spool capped at `max_bytes`, with segments sized from
+    /// the cap: at most a quarter of it (and [`MAX_SEGMENT_BYTES`]), so
+    /// that the delivered part of the open segment, which stays on disk
+    /// until the segment is rolled, adds at most that much to the cap.
+    pub fn for_cap(max_bytes: u64) -> Self {
+        Self {
+            segment_bytes: (max_bytes / 4).clamp(64 << 10, MAX_SEGMENT_BYTES),
+            max_bytes,
+        }
+    }
 }
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        Self {
-            segment_bytes: 32 << 20,
-            max_bytes: 256 << 20,
-        }
+        Self::for_cap(256 << 20)
     }
 }
 
@@ -42,18 +60,31 @@ impl Default for WriterOptions {
 pub enum AppendError {
     /// The spool reached its `max_bytes`; nothing was written.
     Full,
-    /// The payload is larger than [`crate::MAX_RECORD`].
+    /// The payload is larger than [`crate::MAX_RECORD`], or than the
+    /// spool's `max_bytes`: it could never be appended.
     TooLarge,
+    /// Writing to the segment fails (a full or read-only disk) and
+    /// [`MAX_UNWRITTEN`] bytes already wait in memory; nothing was added.
+    Unwritable(String),
 }
 
 impl std::fmt::Display for AppendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AppendError::Full => f.write_str("spool is full"),
-            AppendError::TooLarge => write!(f, "record larger than {} bytes", MAX_RECORD),
+            AppendError::TooLarge => write!(
+                f,
+                "record larger than the spool can hold (at most {MAX_RECORD} bytes and the spool's max_bytes)"
+            ),
+            AppendError::Unwritable(e) => write!(f, "cannot write the spool: {e}"),
         }
     }
 }
+
+/// Records kept in memory while writing to the segment fails: beyond
+/// this, appends are refused ([`AppendError::Unwritable`]) instead of
+/// growing memory up to the spool's cap.
+pub const MAX_UNWRITTEN: usize = 1 << 20;
 
 impl std::error::Error for AppendError {}
 
@@ -69,9 +100,13 @@ pub struct Writer {
     seg_len: u64,
     /// Records not yet written to the segment.
     buf: Vec<u8>,
-    /// Bytes of the spool as last measured, plus what was appended since.
+    /// Undelivered bytes of the spool as last measured, plus what was
+    /// appended since.
     usage: u64,
     last_scan: Instant,
+    /// The last write to the segment failed with this (cleared by the
+    /// next one that succeeds).
+    write_error: Option<String>,
 }
 
 impl Writer {
@@ -79,17 +114,24 @@ impl Writer {
     /// before the first record.
     pub fn open(dir: &Path, opts: WriterOptions) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let usage = spool_bytes(dir)?;
+        let usage = undelivered_bytes(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             opts,
             file: None,
             seq: 0,
             seg_len: 0,
-            buf: Vec::with_capacity(WRITE_BUFFER * 2),
+            buf: Vec::new(),
             usage,
             last_scan: Instant::now(),
+            write_error: None,
         })
+    }
+
+    /// The error of the last failed write to the segment, while writing
+    /// fails.
+    pub fn write_error(&self) -> Option<&str> {
+        self.write_error.as_deref()
     }
 
     /// The spool directory.
@@ -97,8 +139,8 @@ impl Writer {
         &self.dir
     }
 
-    /// Bytes of the spool as this writer knows them (its unwritten records
-    /// included).
+    /// Undelivered bytes of the spool as this writer knows them (its
+    /// unwritten records included).
     pub fn usage(&self) -> u64 {
         self.usage
     }
@@ -121,6 +163,20 @@ impl Writer {
             return Err(AppendError::TooLarge);
         }
         let size = (RECORD_HEADER + len) as u64;
+        if size > self.opts.max_bytes {
+            self.buf.truncate(start);
+            return Err(AppendError::TooLarge);
+        }
+        if let Some(e) = &self.write_error {
+            if start >= MAX_UNWRITTEN {
+                let e = e.clone();
+                self.buf.truncate(start);
+                // The disk may have room again (or the reader deleted the
+                // segment we rolled away from): try once more later.
+                self.retry_write();
+                return Err(AppendError::Unwritable(e));
+            }
+        }
         if self.usage + size > self.opts.max_bytes && !self.has_room(size) {
             self.buf.truncate(start);
             return Err(AppendError::Full);
@@ -141,16 +197,44 @@ impl Writer {
     }
 
     /// Measures the spool again (throttled) and says whether `size` more
-    /// bytes fit.
+    /// bytes fit. `buf` already holds the new record's bytes.
     fn has_room(&mut self, size: u64) -> bool {
         if self.last_scan.elapsed() >= RESCAN_INTERVAL {
             self.last_scan = Instant::now();
-            if let Ok(on_disk) = spool_bytes(&self.dir) {
-                self.usage = on_disk + self.buf.len() as u64;
-            }
+            self.rescan(size);
         }
-        // `buf` already holds the new record's bytes.
         self.usage + size <= self.opts.max_bytes
+    }
+
+    /// Measures the undelivered bytes of the spool; rolls the open segment
+    /// when everything in it was delivered, so the reader can delete it
+    /// (its bytes would otherwise stay on disk until it filled up).
+    /// `pending` bytes at the end of `buf` are not appended yet.
+    fn rescan(&mut self, pending: u64) {
+        let Ok((undelivered, committed)) = measure(&self.dir) else {
+            return;
+        };
+        let buffered = self.buf.len() as u64 - pending.min(self.buf.len() as u64);
+        self.usage = undelivered + buffered;
+        if self.file.is_some()
+            && self.seg_len > 0
+            && committed.get(&self.seq).is_some_and(|&c| c >= self.seg_len)
+        {
+            // Nothing of it is undelivered: no sync needed before letting go.
+            self.file = None;
+        }
+    }
+
+    /// After a failed write: roll a fully delivered segment away (its
+    /// deletion frees the disk) and try writing again (throttled).
+    fn retry_write(&mut self) {
+        if self.last_scan.elapsed() < RESCAN_INTERVAL {
+            return;
+        }
+        self.last_scan = Instant::now();
+        // The record being refused was already taken out of `buf`.
+        self.rescan(0);
+        let _ = self.flush();
     }
 
     /// Writes the buffered records to the segment (no sync). On an error
@@ -158,10 +242,15 @@ impl Writer {
     /// stay buffered for the next attempt.
     pub fn flush(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
+            // What failed to be written earlier has been written since.
+            self.write_error = None;
             return Ok(());
         }
         if self.file.is_none() {
-            self.new_segment()?;
+            if let Err(e) = self.new_segment() {
+                self.write_error = Some(e.to_string());
+                return Err(e);
+            }
         }
         let Some(file) = self.file.clone() else {
             return Err(io::Error::other("no segment open"));
@@ -169,10 +258,25 @@ impl Writer {
         if let Err(e) = (&*file).write_all(&self.buf) {
             // Never leave a torn record that a later record would follow.
             let _ = file.set_len(self.seg_len);
+            self.write_error = Some(e.to_string());
+            if self.seg_len > 0 {
+                // A full disk: once the reader committed this segment,
+                // rolling lets it be deleted, which frees the room.
+                let now = Instant::now();
+                if now.duration_since(self.last_scan) >= RESCAN_INTERVAL {
+                    self.last_scan = now;
+                    self.rescan(0);
+                }
+            }
             return Err(e);
         }
+        self.write_error = None;
         self.seg_len += self.buf.len() as u64;
         self.buf.clear();
+        if self.buf.capacity() > WRITE_BUFFER * 2 {
+            // A burst while the disk failed must not pin its memory.
+            self.buf.shrink_to(WRITE_BUFFER * 2);
+        }
         if self.seg_len >= self.opts.segment_bytes {
             // The finished segment is made durable before its lock goes.
             file.sync_data()?;
@@ -239,6 +343,22 @@ impl Writer {
         self.seg_len = 0;
         Ok(())
     }
+}
+
+/// Undelivered bytes of the spool in `dir`: every segment's length less
+/// what its reader committed.
+pub fn undelivered_bytes(dir: &Path) -> io::Result<u64> {
+    measure(dir).map(|(u, _)| u)
+}
+
+/// Undelivered bytes and the reader's committed positions.
+fn measure(dir: &Path) -> io::Result<(u64, std::collections::BTreeMap<u64, u64>)> {
+    let committed = crate::reader::read_state(dir)?;
+    let undelivered = list_segments(dir)?
+        .iter()
+        .map(|(seq, len)| len.saturating_sub(committed.get(seq).copied().unwrap_or(0)))
+        .sum();
+    Ok((undelivered, committed))
 }
 
 impl Drop for Writer {

@@ -8,8 +8,9 @@
 //! Each block is written to the file at once (a process kill loses
 //! nothing that was read) and synced by a background thread every
 //! `--sync-interval-ms` and at the end of input. The writer is never
-//! made to wait by the pipeline: when the spool reaches `--max-bytes`,
-//! new lines are dropped, counted on stderr and in `DIR/pipe-dropped`.
+//! made to wait by the pipeline: when the spool holds `--max-bytes` of
+//! undelivered data (or the disk refuses writes), new lines are dropped,
+//! counted on stderr and in `DIR/pipe-dropped[.NAME]`.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -43,18 +44,54 @@ struct Dropped {
     lines: u64,
     bytes: u64,
     last_report: Option<Instant>,
+    /// Why the last lines were dropped, when not because the spool was
+    /// full (a disk that refuses writes).
+    reason: Option<String>,
+}
+
+/// Bytes of `data` (whole lines, except a last cut piece) to put in the
+/// next record: at most `limit` unless a single line is longer.
+fn next_piece(data: &[u8], limit: usize) -> usize {
+    if data.len() <= limit {
+        return data.len();
+    }
+    match memchr::memrchr(b'\n', &data[..limit]) {
+        Some(i) => i + 1,
+        None => memchr::memchr(b'\n', &data[limit..]).map_or(data.len(), |i| limit + i + 1),
+    }
+}
+
+/// Checks that the options can work: a record must always fit in the
+/// spool, or the pipe would drop everything.
+pub fn validate(opts: &PipeOptions) -> anyhow::Result<()> {
+    if opts.max_bytes < petrel_spool::MIN_MAX_BYTES {
+        anyhow::bail!(
+            "--max-bytes {} is below the smallest spool (1MiB); give at least --max-bytes 1MiB",
+            opts.max_bytes
+        );
+    }
+    if opts.max_line_bytes as u64 > opts.max_bytes / 2 {
+        anyhow::bail!(
+            "--max-line-bytes {} is more than half of --max-bytes {}: one long line could fill the spool; lower --max-line-bytes or raise --max-bytes",
+            opts.max_line_bytes,
+            opts.max_bytes
+        );
+    }
+    Ok(())
+}
+
+/// The largest record of whole lines the pipe appends: a small part of
+/// the cap, so that a small spool holds many records and frees room as
+/// soon as some are delivered.
+fn record_limit(opts: &PipeOptions) -> usize {
+    ((opts.max_bytes / 8) as usize).clamp(64 << 10, READ_BYTES)
 }
 
 /// Copies standard input into the spool until it ends.
 pub fn run(opts: &PipeOptions) -> anyhow::Result<()> {
-    let writer = Writer::open(
-        &opts.spool_dir,
-        WriterOptions {
-            max_bytes: opts.max_bytes,
-            ..WriterOptions::default()
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("cannot use spool {}: {e}", opts.spool_dir.display()))?;
+    validate(opts)?;
+    let writer = Writer::open(&opts.spool_dir, WriterOptions::for_cap(opts.max_bytes))
+        .map_err(|e| anyhow::anyhow!("cannot use spool {}: {e}", opts.spool_dir.display()))?;
     let writer = SharedWriter::new(writer, opts.sync_interval)?;
     let peer = opts.name.as_ref().map(|n| format!("pipe:{n}"));
     let mut stdin = std::io::stdin().lock();
@@ -89,8 +126,12 @@ pub fn run(opts: &PipeOptions) -> anyhow::Result<()> {
                 None => 0,
             }
         };
-        if cut > 0 {
-            let lines = &buf[..cut];
+        let limit = record_limit(opts);
+        let mut done = 0;
+        while done < cut {
+            let piece = next_piece(&buf[done..cut], limit);
+            let lines = &buf[done..done + piece];
+            done += piece;
             let appended = writer.append_with(|out| {
                 record::encode_lines_header(now_ns(), peer.as_deref(), out);
                 out.extend_from_slice(lines);
@@ -111,12 +152,20 @@ pub fn run(opts: &PipeOptions) -> anyhow::Result<()> {
                         }
                     }
                 }
-                Err(AppendError::Full) | Err(AppendError::TooLarge) => {
+                Err(e) => {
+                    if let AppendError::Unwritable(_) = e {
+                        if failed_since.is_none() {
+                            failed_since = Some(Instant::now());
+                        }
+                        dropped.reason = Some(e.to_string());
+                    }
                     dropped.lines += memchr::memchr_iter(b'\n', lines).count().max(1) as u64;
                     dropped.bytes += lines.len() as u64;
                     report_dropped(opts, &mut dropped, false);
                 }
             }
+        }
+        if cut > 0 {
             buf.drain(..cut);
         }
         if eof {
@@ -143,10 +192,13 @@ fn report_dropped(opts: &PipeOptions, d: &mut Dropped, last: bool) {
         return;
     }
     d.last_report = Some(Instant::now());
+    let why = match &d.reason {
+        Some(r) => r.clone(),
+        None => format!("undelivered data reached --max-bytes {}", opts.max_bytes),
+    };
     eprintln!(
-        "petrel pipe: spool {} is full (--max-bytes {}): {} line(s), {} byte(s) dropped so far",
+        "petrel pipe: spool {}: {why}: {} line(s), {} byte(s) dropped so far",
         opts.spool_dir.display(),
-        opts.max_bytes,
         d.lines,
         d.bytes
     );

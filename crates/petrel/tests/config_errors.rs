@@ -41,6 +41,11 @@ const CASES: &[(&str, &str, &[&str])] = &[
         &["unknown_type.yaml:2:11: unknown source type `fiel`; did you mean `file`?; available: `file`, `kubernetes_logs`, `container_files`, `stdin`, `syslog`, `tcp`, `http`, `spool`"],
     ),
     (
+        "body_vs_spool.yaml",
+        "sources:\n  - type: http\n    address: 127.0.0.1:8080\n    buffer: { type: disk, max_bytes: 4MiB }\nsinks:\n  - type: blackhole\n",
+        &["body_vs_spool.yaml:4:38: `buffer.max_bytes` (4194304) must be at least twice `max_body_bytes` (10485760): every request is one spool record; raise `buffer.max_bytes` or lower `max_body_bytes`"],
+    ),
+    (
         "missing_sinks.yaml",
         "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\n",
         &["missing_sinks.yaml:1:1: missing required key `sinks` in the file; add for example `sinks: [{ type: stdout }]`"],

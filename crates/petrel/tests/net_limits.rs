@@ -150,7 +150,7 @@ fn a_full_disk_buffer_answers_503_with_retry_after_and_recovers_without_loss() {
         dir.path(),
         "full",
         &format!(
-            "sources:\n  - type: http\n    address: 127.0.0.1:{port}\n    path: /ingest\n    buffer: {{ type: disk, max_bytes: 1MiB, when_full: block }}\nsinks:\n  - type: http\n    url: http://{addr}/ingest\n    timeout_ms: 600000\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n"
+            "sources:\n  - type: http\n    address: 127.0.0.1:{port}\n    path: /ingest\n    max_body_bytes: 256KiB\n    buffer: {{ type: disk, max_bytes: 1MiB, when_full: block }}\nsinks:\n  - type: http\n    url: http://{addr}/ingest\n    timeout_ms: 600000\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n"
         ),
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));

@@ -141,6 +141,23 @@ impl HttpSourceConfig {
             },
         };
         let buffer = BufferOptions::parse(&map);
+        if let Some(b) = buffer.as_ref().filter(|b| b.disk) {
+            // A request is one spool record: a body that cannot fit (with
+            // room for the others in flight) would be refused forever.
+            if max_body_bytes as u64 > b.max_bytes / 2 {
+                let node = map
+                    .get("buffer")
+                    .and_then(|n| n.as_map_quiet())
+                    .and_then(|m| m.get("max_bytes"))
+                    .or_else(|| map.get("max_body_bytes"))
+                    .unwrap_or_else(|| map.node());
+                node.error(format!(
+                    "`buffer.max_bytes` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record; raise `buffer.max_bytes` or lower `max_body_bytes`",
+                    b.max_bytes
+                ));
+                return None;
+            }
+        }
         let address = match address? {
             ListenAddr::Inet(a) => a,
             ListenAddr::Unix(_) => return None,

@@ -3,8 +3,12 @@
 //!
 //! UDP has no flow control: when the receiver falls behind, the kernel
 //! drops datagrams at the socket. `SO_RXQ_OVFL` makes the kernel report
-//! the socket's drop count with every datagram, and its growth is counted
-//! as `error_type="kernel_dropped"`, so loss is never invisible.
+//! the socket's drop count with every datagram, and `SO_MEMINFO` is read
+//! while the receiver waits for the pipeline (its buffer full, a sink
+//! stalled), so the growth is counted as `error_type="kernel_dropped"`
+//! during an outage too: loss is never invisible. The receiver never
+//! blocks: it waits for room in the pipeline's queue while watching its
+//! stop flag, so a stalled sink cannot hold up the agent's shutdown.
 
 use std::mem::{size_of, zeroed};
 use std::os::fd::{AsRawFd, RawFd};
@@ -18,7 +22,7 @@ use bytes::BytesMut;
 use petrel_core::Span;
 use prometheus_client::metrics::counter::Counter;
 
-use super::intake::Intake;
+use super::intake::{Intake, TrySubmit};
 use super::{now_ns, Block, ListenAddr};
 
 /// Datagrams asked of one `recvmmsg`.
@@ -40,6 +44,14 @@ const LINGER_BELOW: usize = 32;
 /// thousand datagrams, many times what arrives meanwhile at 200k/s.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// How often the kernel's drop count is read while the receiver waits for
+/// room in the pipeline (no datagram is received meanwhile to carry it).
+const DROP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `SO_MEMINFO` (asm-generic/socket.h; the same on every Linux
+/// architecture that has it), which the libc crate does not define.
+const SO_MEMINFO: libc::c_int = 55;
+
 /// `SO_RCVBUF` asked for when `receive_buffer_bytes` is not configured:
 /// the kernel's default (`net.core.rmem_default`, 208 KiB on most systems)
 /// holds only a few hundred small datagrams, about a millisecond at high
@@ -53,6 +65,9 @@ pub struct DgramCounters {
     pub kernel_dropped: Counter,
     /// Datagrams longer than `max_message_bytes`, cut.
     pub too_long: Counter,
+    /// Datagrams received but not handed to the pipeline because the
+    /// source stopped while its buffer was full.
+    pub discarded: Counter,
     /// Failed receives.
     pub read_errors: Counter,
 }
@@ -280,10 +295,57 @@ impl Receiving {
                 }
             }
             for b in self.take_blocks() {
-                if !intake.submit_blocking(b) {
+                if !self.hand_over(b, fd, spec, intake, stop) {
                     return;
                 }
             }
+        }
+    }
+
+    /// Queues `block`, waiting for room while the pipeline's buffer is
+    /// full; meanwhile the kernel drops what arrives, which is counted.
+    /// False when the source stops (the block is counted as discarded).
+    fn hand_over(
+        &mut self,
+        mut block: Block,
+        fd: RawFd,
+        spec: &DgramSpec,
+        intake: &Intake,
+        stop: &AtomicBool,
+    ) -> bool {
+        let mut last_poll = std::time::Instant::now();
+        loop {
+            match intake.try_submit(block) {
+                TrySubmit::Done => return true,
+                TrySubmit::Closed => return false,
+                TrySubmit::Full(b) => block = b,
+            }
+            if stop.load(Ordering::SeqCst) {
+                spec.counters.discarded.inc_by(block.frames.len() as u64);
+                return false;
+            }
+            if last_poll.elapsed() >= DROP_POLL {
+                last_poll = std::time::Instant::now();
+                if let Some(d) = socket_drops(fd) {
+                    self.count_drops(d, spec);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// Counts the growth of the socket's drop count `d`.
+    fn count_drops(&mut self, d: u32, spec: &DgramSpec) {
+        let before = self.drops.unwrap_or(0);
+        if d > before {
+            spec.counters.kernel_dropped.inc_by((d - before) as u64);
+            tracing::warn!(
+                dropped = d - before,
+                "the kernel dropped datagrams at the socket: the receiver fell behind or the pipeline's buffer is full (raise `receive_buffer_bytes`, check the sinks)"
+            );
+        }
+        if d >= before {
+            self.drops = Some(d);
         }
     }
 
@@ -355,15 +417,7 @@ impl Receiving {
             }
         }
         if let Some(d) = dropped_now {
-            let before = self.drops.unwrap_or(0);
-            if d > before {
-                spec.counters.kernel_dropped.inc_by((d - before) as u64);
-                tracing::warn!(
-                    dropped = d - before,
-                    "the kernel dropped datagrams at the socket: the receiver fell behind (raise `receive_buffer_bytes`)"
-                );
-            }
-            self.drops = Some(d);
+            self.count_drops(d, spec);
         }
     }
 
@@ -427,6 +481,26 @@ fn sockaddr_to_string(raw: &libc::sockaddr_storage) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The socket's drop count (`SK_MEMINFO_DROPS` of `SO_MEMINFO`, the
+/// counter `SO_RXQ_OVFL` reports), without receiving anything.
+fn socket_drops(fd: RawFd) -> Option<u32> {
+    let mut info = [0u32; 16];
+    let mut len = size_of::<[u32; 16]>() as libc::socklen_t;
+    // SAFETY: a valid socket, and a buffer of `len` bytes the kernel fills
+    // with at most that many.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let idx = libc::SK_MEMINFO_DROPS as usize;
+    (rc == 0 && (len as usize) > idx * size_of::<u32>()).then(|| info[idx])
 }
 
 /// The socket's drop count from an `SO_RXQ_OVFL` control message.

@@ -93,16 +93,28 @@ impl Intake {
         }
     }
 
-    /// [`Self::submit`] from a thread outside the runtime (datagram
-    /// receivers).
-    pub fn submit_blocking(&self, block: Block) -> bool {
-        let ok = self
-            .tx
-            .blocking_send(Submission { block, reply: None })
-            .is_ok();
+    /// Hands over `block` if the queue has room, from a thread outside
+    /// the runtime (datagram receivers, which must never block: they
+    /// also watch for their stop and for the kernel's drops meanwhile).
+    pub fn try_submit(&self, block: Block) -> TrySubmit {
+        let r = self.tx.try_send(Submission { block, reply: None });
         self.dispatcher.unpark();
-        ok
+        match r {
+            Ok(()) => TrySubmit::Done,
+            Err(mpsc::error::TrySendError::Full(s)) => TrySubmit::Full(s.block),
+            Err(mpsc::error::TrySendError::Closed(_)) => TrySubmit::Closed,
+        }
     }
+}
+
+/// The answer of [`Intake::try_submit`].
+pub enum TrySubmit {
+    /// Queued.
+    Done,
+    /// The queue is full: the block is given back.
+    Full(Block),
+    /// The source is stopping.
+    Closed,
 }
 
 /// Flags shared by a source's threads.
@@ -171,6 +183,7 @@ struct Counters {
     too_large: Counter,
     bad_records: Counter,
     corrupt_bytes: Counter,
+    damaged_records: Counter,
     spool_bytes: Gauge,
     spool_errors: Counter,
 }
@@ -198,6 +211,7 @@ fn counters(ctx: &SourceContext) -> Counters {
         too_large: m.discarded_counter("too_large"),
         bad_records: m.error_counter("spool_bad_record"),
         corrupt_bytes: m.error_counter("spool_corrupt_bytes"),
+        damaged_records: m.error_counter("spool_damaged_records"),
         spool_bytes: m.spool_bytes_gauge(),
         spool_errors: m.error_counter("spool_write_failed"),
     }
@@ -244,14 +258,8 @@ fn start_with(
         Some(dir) => {
             let reader = Reader::open(dir)
                 .map_err(|e| anyhow::anyhow!("cannot open the spool {}: {e}", dir.display()))?;
-            let writer = Writer::open(
-                dir,
-                WriterOptions {
-                    max_bytes: buffer.max_bytes,
-                    ..WriterOptions::default()
-                },
-            )
-            .map_err(|e| anyhow::anyhow!("cannot write the spool {}: {e}", dir.display()))?;
+            let writer = Writer::open(dir, WriterOptions::for_cap(buffer.max_bytes))
+                .map_err(|e| anyhow::anyhow!("cannot write the spool {}: {e}", dir.display()))?;
             let writer = Arc::new(SharedWriter::new(writer, buffer.sync_interval)?);
             let acks = Acks::new();
             let delivery = Delivery::new(delivery_parts, acks.clone());
@@ -262,6 +270,7 @@ fn start_with(
                 flags: flags.clone(),
                 counters: counters.clone(),
                 corrupt_seen: 0,
+                damaged_seen: 0,
             };
             let rh = std::thread::Builder::new()
                 .name(format!("petrel-spool-{source_type}"))
@@ -280,10 +289,22 @@ fn start_with(
                     }
                 }
             });
+            // A write or sync that fails answers every waiting request at
+            // once (503), instead of at the request's own timeout: their
+            // data stays buffered and may still be delivered, so a client
+            // that sends again may cause a duplicate, never a loss.
+            let w3 = waiters.clone();
+            writer.on_failure(move |why| {
+                for (_, tx) in w3.lock().drain(..) {
+                    let _ = tx.send(Admission::Failed(format!("cannot write the spool: {why}")));
+                }
+            });
             let mut d = DiskDispatcher {
                 rx,
                 writer,
                 waiters,
+                metrics: ctx.metrics.clone(),
+                refusing_since: None,
                 reader_thread: rh.thread().clone(),
                 when_full: buffer.when_full,
                 flags: flags.clone(),
@@ -339,6 +360,7 @@ pub fn start_spool_reader(
         flags: flags.clone(),
         counters,
         corrupt_seen: 0,
+        damaged_seen: 0,
     };
     let h = std::thread::Builder::new()
         .name(format!("petrel-spool-{source_type}"))
@@ -721,6 +743,12 @@ struct DiskDispatcher {
     rx: mpsc::Receiver<Submission>,
     writer: Arc<SharedWriter>,
     waiters: Waiters,
+    /// For `/health`: a source whose spool refuses data is unhealthy.
+    metrics: petrel_core::ComponentMetrics,
+    /// Since when appends are refused (spool full or unwritable), and
+    /// the last refusal: an episode ends when appends succeed again or
+    /// nobody was refused for a while.
+    refusing_since: Option<(Instant, Instant)>,
     reader_thread: Thread,
     when_full: WhenFull,
     flags: Arc<Flags>,
@@ -749,6 +777,7 @@ impl DiskDispatcher {
                     self.counters
                         .spool_bytes
                         .set(self.writer.with_writer(|w| w.usage()) as i64);
+                    self.report_health();
                 }
             }
             if self.flags.stop_input.load(Ordering::SeqCst)
@@ -768,12 +797,50 @@ impl DiskDispatcher {
         }
     }
 
+    /// Raises or clears this source's problem in `/health`: writing the
+    /// spool fails (unhealthy at once: no data can be accepted until an
+    /// operator frees the disk), or the spool has been full for a while
+    /// (failing: the sinks do not keep up or are down).
+    fn report_health(&mut self) {
+        let write_error = self
+            .writer
+            .with_writer(|w| w.write_error().map(str::to_string))
+            .or_else(|| self.writer.last_error());
+        if let Some(e) = write_error {
+            self.metrics.metrics().health.fatal(
+                self.metrics.health_key(),
+                format!("cannot write the spool ({e}); received data is refused until the disk has room"),
+            );
+            return;
+        }
+        if self
+            .refusing_since
+            .is_some_and(|(_, last)| last.elapsed() >= Duration::from_secs(3))
+        {
+            self.refusing_since = None;
+        }
+        match self.refusing_since {
+            Some((since, _)) if since.elapsed() >= Duration::from_millis(200) => self.metrics.failing(
+                "the spool is full (buffer.max_bytes of undelivered data); received data is refused until the sinks catch up",
+            ),
+            Some(_) => {}
+            None => self.metrics.recovered(),
+        }
+    }
+
+    fn note_refusal(&mut self) {
+        let now = Instant::now();
+        let since = self.refusing_since.map_or(now, |(s, _)| s);
+        self.refusing_since = Some((since, now));
+    }
+
     /// Spools one block; true when something was written.
     fn admit(&mut self, sub: Submission) -> bool {
         let Submission { block, reply } = sub;
         loop {
             match self.writer.append_with(|out| record::encode(&block, out)) {
                 Ok(ticket) => {
+                    self.refusing_since = None;
                     if let Some(r) = reply {
                         self.waiters.lock().push((ticket, r));
                         self.writer.request_sync();
@@ -781,12 +848,14 @@ impl DiskDispatcher {
                     return true;
                 }
                 Err(AppendError::Full) => {
+                    self.note_refusal();
                     let wait = self.when_full == WhenFull::Block
                         && reply.is_none()
                         && !self.flags.stop.load(Ordering::SeqCst);
                     if wait {
                         // The socket is not read meanwhile: the sender waits.
                         self.reader_thread.unpark();
+                        self.report_health();
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
@@ -804,6 +873,25 @@ impl DiskDispatcher {
                     }
                     return false;
                 }
+                Err(AppendError::Unwritable(why)) => {
+                    self.note_refusal();
+                    self.counters.spool_errors.inc();
+                    self.report_health();
+                    let wait = self.when_full == WhenFull::Block
+                        && reply.is_none()
+                        && !self.flags.stop.load(Ordering::SeqCst);
+                    if wait {
+                        // Streams wait for the disk like for a full spool.
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    if let Some(r) = reply {
+                        let _ = r.send(Admission::Failed(format!("cannot write the spool: {why}")));
+                    } else {
+                        self.counters.buffer_full.inc_by(block.frames.len() as u64);
+                    }
+                    return false;
+                }
             }
         }
     }
@@ -817,6 +905,7 @@ struct SpoolReader {
     flags: Arc<Flags>,
     counters: Counters,
     corrupt_seen: u64,
+    damaged_seen: u64,
 }
 
 impl SpoolReader {
@@ -835,15 +924,22 @@ impl SpoolReader {
             }
             let corrupt = self.reader.corrupt_bytes();
             if corrupt > self.corrupt_seen {
+                let damaged = self.reader.damaged_records();
                 tracing::error!(
                     spool = %self.reader.dir().display(),
                     bytes = corrupt - self.corrupt_seen,
-                    "a spool segment ends in a torn or damaged record (crash mid-write?); its good records were kept, the rest skipped"
+                    damaged_records = damaged - self.damaged_seen,
+                    quarantine = %self.reader.dir().join(petrel_spool::QUARANTINE_DIR).display(),
+                    "a spool segment holds a torn or damaged record (crash mid-write, or damage on disk); the bytes up to the next valid record were skipped, the other records kept, and a damaged segment is moved to the quarantine directory once read"
                 );
                 self.counters
                     .corrupt_bytes
                     .inc_by(corrupt - self.corrupt_seen);
+                self.counters
+                    .damaged_records
+                    .inc_by(damaged - self.damaged_seen);
                 self.corrupt_seen = corrupt;
+                self.damaged_seen = damaged;
             }
             if self.flags.stop.load(Ordering::SeqCst) {
                 break;

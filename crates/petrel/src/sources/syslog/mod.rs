@@ -230,6 +230,7 @@ impl petrel_core::plugin::SourceConfig for SyslogSourceConfig {
                             kernel_dropped: ctx.metrics.error_counter("kernel_dropped"),
                             too_long,
                             read_errors: ctx.metrics.error_counter("read_failed"),
+                            discarded: ctx.metrics.discarded_counter("shutdown"),
                         },
                     };
                     (Receiver::Dgram(dgram::listen(spec, intake)?), None)

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod config;
+pub mod config_watch;
 pub mod data_dir;
 pub mod paths;
 pub mod pipe;

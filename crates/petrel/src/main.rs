@@ -454,7 +454,11 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     let (api_reload_tx, api_reload_rx) = crossbeam_channel::unbounded::<api::ReloadRequest>();
     forward_signals(ctl_tx.clone())?;
     if !a.no_watch_config {
-        if let Err(e) = watch_config(&a.config, ctl_tx.clone()) {
+        let tx = ctl_tx.clone();
+        let watching = petrel::config_watch::watch(&a.config, move || {
+            tx.send(Control::Reload("configuration changed")).is_ok()
+        });
+        if let Err(e) = watching {
             tracing::warn!(error = %e, "cannot watch the configuration for changes; reload with SIGHUP or POST /reload");
         }
     }
@@ -568,62 +572,6 @@ fn reload(
             Err(format!("{e:#}"))
         }
     }
-}
-
-/// Asks for a reload when a file under `path` (a pipeline file, or the
-/// directory of them) is written, created, moved or deleted. Editors save
-/// in several steps; changes are gathered for a moment first.
-fn watch_config(
-    path: &std::path::Path,
-    tx: crossbeam_channel::Sender<Control>,
-) -> std::io::Result<()> {
-    use inotify::{Inotify, WatchMask};
-    let dir = if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        path.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map(|p| p.to_path_buf())
-            .unwrap_or_else(|| PathBuf::from("."))
-    };
-    let file_name = (!path.is_dir()).then(|| path.file_name().map(|n| n.to_os_string()));
-    let mut ino = Inotify::init()?;
-    ino.watches().add(
-        &dir,
-        WatchMask::CLOSE_WRITE
-            | WatchMask::MOVED_TO
-            | WatchMask::MOVED_FROM
-            | WatchMask::CREATE
-            | WatchMask::DELETE,
-    )?;
-    std::thread::Builder::new()
-        .name("petrel-config-watch".into())
-        .spawn(move || {
-            let mut buf = vec![0u8; 16 * 1024];
-            loop {
-                let Ok(events) = ino.read_events_blocking(&mut buf) else {
-                    return;
-                };
-                let relevant = events.into_iter().any(|ev| {
-                    let Some(name) = ev.name else { return false };
-                    let p = std::path::Path::new(name);
-                    match &file_name {
-                        Some(Some(f)) => name == f.as_os_str(),
-                        _ => matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")),
-                    }
-                });
-                if !relevant {
-                    continue;
-                }
-                // Let a multi-step save finish, and take its other events.
-                std::thread::sleep(Duration::from_millis(300));
-                let _ = ino.read_events(&mut buf);
-                if tx.send(Control::Reload("configuration changed")).is_err() {
-                    return;
-                }
-            }
-        })?;
-    Ok(())
 }
 
 /// Turns SIGINT/SIGTERM into a stop and SIGHUP into a reload (logrotate's

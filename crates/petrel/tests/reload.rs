@@ -315,3 +315,77 @@ fn an_edited_pipeline_file_is_reloaded_by_itself() {
     assert_eq!(read_lines(&out2), vec![b"second".to_vec()]);
     assert_eq!(read_lines(&out1), vec![b"first".to_vec()]);
 }
+
+/// Lays out `dir` the way kubelet mounts a ConfigMap holding `name`, and
+/// updates it the way kubelet does: a new timestamped directory, a
+/// `..data_tmp` symlink to it renamed over `..data`, the old directory
+/// deleted. `app.yaml` itself is a symlink that never changes.
+fn configmap_update(dir: &Path, name: &str, version: u32, content: &str) {
+    let ts = format!("..2026_11_25_03_{version:02}_00.000000001");
+    std::fs::create_dir(dir.join(&ts)).unwrap();
+    std::fs::write(dir.join(&ts).join(name), content).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    let link = dir.join(name);
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
+    }
+    if version > 0 {
+        let old = format!("..2026_11_25_03_{:02}_00.000000001", version - 1);
+        std::fs::remove_dir_all(dir.join(old)).unwrap();
+    }
+}
+
+/// Issue 23 (reloads): a ConfigMap updated by kubelet's `..data` swap is
+/// picked up without a signal, several swaps in a row, and a steady
+/// writer's lines are delivered exactly once across them.
+#[test]
+fn a_configmap_updated_by_kubelets_data_swap_is_reloaded_without_a_signal() {
+    let dir = tempdir();
+    let conf = dir.path().join("pipelines");
+    std::fs::create_dir(&conf).unwrap();
+    let input = dir.path().join("app.log");
+    let outs: Vec<PathBuf> = (0..3)
+        .map(|i| dir.path().join(format!("out{i}.log")))
+        .collect();
+    std::fs::write(&input, b"").unwrap();
+    configmap_update(&conf, "app.yaml", 0, &pipeline(&input, &outs[0], ""));
+    let mut agent = Agent::start(&conf, &dir.path().join("data"));
+    let writer = Writer::start(vec![input.clone()]);
+    wait_for(LONG, "lines in the first output", || {
+        let n = count_lines(&outs[0]);
+        (n > 100).then_some(()).ok_or(format!("{n}"))
+    });
+    for v in 1..3u32 {
+        configmap_update(
+            &conf,
+            "app.yaml",
+            v,
+            &pipeline(&input, &outs[v as usize], ""),
+        );
+        let out = &outs[v as usize];
+        wait_for(LONG, &format!("lines in output {v} after swap {v}"), || {
+            let n = count_lines(out);
+            (n > 100).then_some(()).ok_or(format!("{n} lines"))
+        });
+    }
+    let applied = agent.metric_or_zero("petrel_config_reload_total", &[("result", "applied")]);
+    assert_eq!(applied, 2.0, "one reload per swap");
+    let written = writer.finish();
+    wait_for(LONG, "every line delivered", || {
+        let n: usize = outs.iter().map(|o| count_lines(o)).sum();
+        (n >= written)
+            .then_some(())
+            .ok_or(format!("{n} of {written}"))
+    });
+    agent.stop();
+    let mut all: HashMap<Vec<u8>, usize> = HashMap::new();
+    for o in &outs {
+        for l in read_lines(o) {
+            *all.entry(l).or_default() += 1;
+        }
+    }
+    assert_eq!(all.len(), written, "every line once");
+    assert!(all.values().all(|&c| c == 1), "no line twice");
+}

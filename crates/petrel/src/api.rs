@@ -4,7 +4,7 @@
 //!
 //! `/metrics` and `/health` are open to anyone who reaches the address.
 //! `/reload` (control) and `/tap` (log contents) are guarded by
-//! [`authorize`]: on loopback, requests must name a loopback `Host` and
+//! `authorize`: on loopback, requests must name a loopback `Host` and
 //! come from no cross-site `Origin` (a web page in the operator's browser
 //! can reach 127.0.0.1; without these checks a DNS-rebinding page read the
 //! logs through `/tap`); with `PETREL_API_TOKEN` set they need it as a
@@ -276,8 +276,12 @@ fn authorize(
             let ok = headers
                 .get(AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .is_some_and(|v| same_secret(v.trim().as_bytes(), t.as_bytes()));
+                .and_then(|v| v.trim().split_once(' '))
+                .is_some_and(|(scheme, v)| {
+                    // The scheme is case-insensitive (RFC 9110).
+                    scheme.eq_ignore_ascii_case("bearer")
+                        && same_secret(v.trim().as_bytes(), t.as_bytes())
+                });
             if ok {
                 return None;
             }
@@ -562,6 +566,9 @@ mod tests {
         assert_eq!(reached.load(Ordering::SeqCst), 1);
         let (st, body) = request(port, "GET", "/tap?pipeline=web", &ok);
         assert_eq!(st, 404, "past the token check: {body}");
+        let lower = [host, "Authorization: bearer s3cret"];
+        let (st, body) = request(port, "GET", "/tap?pipeline=web", &lower);
+        assert_eq!(st, 404, "the scheme is case-insensitive: {body}");
         assert_eq!(request(port, "GET", "/metrics", &[host]).0, 200);
         assert_eq!(request(port, "GET", "/health", &[host]).0, 200);
     }

@@ -2,6 +2,14 @@
 //! 503 with the open problems as JSON), `POST /reload` and `GET /tap`
 //! (a stream of sampled events as ndjson, for `petrel tap`).
 //!
+//! `/metrics` and `/health` are open to anyone who reaches the address.
+//! `/reload` (control) and `/tap` (log contents) are guarded by
+//! `authorize`: on loopback, requests must name a loopback `Host` and
+//! come from no cross-site `Origin` (a web page in the operator's browser
+//! can reach 127.0.0.1; without these checks a DNS-rebinding page read the
+//! logs through `/tap`); with `PETREL_API_TOKEN` set they need it as a
+//! bearer token, and off loopback they are refused without one.
+//!
 //! It listens on loopback by default and is built to survive hostile
 //! clients: headers must arrive within [`HEADER_TIMEOUT`], at most
 //! [`MAX_CONNECTIONS`] connections are served at once (more are closed at
@@ -34,8 +42,9 @@ struct ApiState {
     reload: crossbeam_channel::Sender<ReloadRequest>,
     /// The API listens on a loopback address only.
     loopback: bool,
-    /// `PETREL_API_TOKEN`: when set, `/tap` needs it as a bearer token;
-    /// on a non-loopback address `/tap` is refused without it.
+    /// `PETREL_API_TOKEN`: when set, `/reload` and `/tap` need it as a
+    /// bearer token; on a non-loopback address they are refused without
+    /// it.
     token: Option<Arc<str>>,
 }
 
@@ -65,18 +74,29 @@ pub async fn serve(
         .ok()
         .filter(|t| !t.is_empty())
         .map(Arc::from);
+    serve_with(
+        listener,
+        ApiState {
+            metrics,
+            budget,
+            reload,
+            loopback,
+            token,
+        },
+    )
+    .await;
+}
+
+/// Serves the API with `state`, whose `loopback` and `token` the caller
+/// decided (the unit tests serve a non-loopback API on 127.0.0.1).
+async fn serve_with(listener: tokio::net::TcpListener, state: ApiState) {
+    let metrics = state.metrics.clone();
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/health", get(health))
         .route("/reload", post(reload_handler))
         .route("/tap", get(tap_handler))
-        .with_state(ApiState {
-            metrics: metrics.clone(),
-            budget,
-            reload,
-            loopback,
-            token,
-        });
+        .with_state(state);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, _) = match listener.accept().await {
@@ -149,23 +169,167 @@ async fn health(axum::extract::State(s): axum::extract::State<ApiState>) -> impl
     )
 }
 
+/// True for a `Host` (or URI authority) that names this machine's
+/// loopback: `localhost`, `127.x.x.x` or `[::1]`, with or without a port.
+/// A name that merely resolves to loopback is refused: that is what a
+/// DNS-rebinding page's requests carry.
+fn loopback_host(h: &str) -> bool {
+    let (host, port) = match h.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, after)) => {
+                let loopback = ip
+                    .parse::<std::net::Ipv6Addr>()
+                    .is_ok_and(|a| a.is_loopback());
+                if !loopback {
+                    return false;
+                }
+                match after {
+                    "" => ("localhost", None),
+                    a => match a.strip_prefix(':') {
+                        Some(p) => ("localhost", Some(p)),
+                        None => return false,
+                    },
+                }
+            }
+            None => return false,
+        },
+        None => match h.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (h, None),
+        },
+    };
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    let host = host.strip_suffix('.').unwrap_or(host);
+    port_ok
+        && (host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|a| a.is_loopback()))
+}
+
+/// True for an `Origin` of a page served by this machine over loopback
+/// (`http://localhost:3000`): same-site as the API. `null` (sandboxed
+/// frames, `file:` pages) and every other site are not.
+fn loopback_origin(o: &str) -> bool {
+    let Some((scheme, rest)) = o.split_once("://") else {
+        return false;
+    };
+    (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !rest.contains('/')
+        && loopback_host(rest)
+}
+
+/// Compares in time independent of where the first difference is, so
+/// that the answer times do not reveal the token byte by byte.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Decides whether a request may use `what` (`/reload`, `/tap`): the
+/// refusal to send, or `None`. The bodies say what to fix and reveal
+/// nothing of the configuration.
+fn authorize(
+    s: &ApiState,
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+    what: &str,
+) -> Option<axum::response::Response> {
+    use axum::http::header::{AUTHORIZATION, HOST, ORIGIN, WWW_AUTHENTICATE};
+    let refuse = |code: StatusCode, msg: String| Some((code, format!("{msg}\n")).into_response());
+    if s.loopback {
+        // A missing Host is allowed: HTTP/1.0 clients may leave it out,
+        // and browsers always send one. Two Hosts are ambiguous.
+        let hosts: Vec<&axum::http::HeaderValue> = headers.get_all(HOST).iter().collect();
+        let host_ok = match hosts.as_slice() {
+            [] => true,
+            [h] => h.to_str().is_ok_and(|h| loopback_host(h.trim())),
+            _ => false,
+        };
+        let authority_ok = uri.authority().is_none_or(|a| loopback_host(a.as_str()));
+        if !host_ok || !authority_ok {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                format!("{what} on a loopback API answers only requests whose Host is localhost, 127.x.x.x or [::1] (a browser page of another site may not use it)"),
+            );
+        }
+        let origin_ok = headers
+            .get_all(ORIGIN)
+            .iter()
+            .all(|o| o.to_str().is_ok_and(|o| loopback_origin(o.trim())));
+        if !origin_ok {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "{what} refuses requests with a cross-site Origin (a web page may not use it)"
+                ),
+            );
+        }
+    }
+    match &s.token {
+        None if !s.loopback => refuse(
+            StatusCode::FORBIDDEN,
+            format!("{what} is served on a loopback API address only; set PETREL_API_TOKEN for the agent (and the client) to allow it here"),
+        ),
+        None => None,
+        Some(t) => {
+            let ok = headers
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().split_once(' '))
+                .is_some_and(|(scheme, v)| {
+                    // The scheme is case-insensitive (RFC 9110).
+                    scheme.eq_ignore_ascii_case("bearer")
+                        && same_secret(v.trim().as_bytes(), t.as_bytes())
+                });
+            if ok {
+                return None;
+            }
+            let mut r = (
+                StatusCode::UNAUTHORIZED,
+                format!("{what} needs `Authorization: Bearer $PETREL_API_TOKEN`\n"),
+            )
+                .into_response();
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+            Some(r)
+        }
+    }
+}
+
 async fn reload_handler(
     axum::extract::State(s): axum::extract::State<ApiState>,
-) -> impl IntoResponse {
+    headers: axum::http::HeaderMap,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    if let Some(refused) = authorize(&s, &headers, &uri, "POST /reload") {
+        return refused;
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     if s.reload.send(tx).is_err() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "the agent is stopping\n".to_string(),
-        );
+        )
+            .into_response();
     }
     match rx.await {
-        Ok(Ok(summary)) => (StatusCode::OK, format!("{summary}\n")),
-        Ok(Err(errors)) => (StatusCode::UNPROCESSABLE_ENTITY, format!("{errors}\n")),
+        Ok(Ok(summary)) => (StatusCode::OK, format!("{summary}\n")).into_response(),
+        // The errors name configuration files, lines and keys: what the
+        // operator needs to fix the configuration, so they are sent whole.
+        // Only a client `authorize` let through gets here: one with the
+        // token, or, with no token set, a local one, who can read the
+        // agent's command line and its log (which holds the same errors).
+        Ok(Err(errors)) => {
+            (StatusCode::UNPROCESSABLE_ENTITY, format!("{errors}\n")).into_response()
+        }
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "the agent is stopping\n".to_string(),
-        ),
+        )
+            .into_response(),
     }
 }
 
@@ -219,30 +383,12 @@ fn percent_decode(v: &str) -> String {
 async fn tap_handler(
     axum::extract::State(s): axum::extract::State<ApiState>,
     headers: axum::http::HeaderMap,
+    uri: axum::http::Uri,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> axum::response::Response {
     let text = |code: StatusCode, msg: String| (code, format!("{msg}\n")).into_response();
-    match (&s.token, s.loopback) {
-        (None, false) => {
-            return text(
-                StatusCode::FORBIDDEN,
-                "tap is served on a loopback API address only; set PETREL_API_TOKEN for the agent (and the client) to allow it here".into(),
-            )
-        }
-        (Some(t), _) => {
-            let ok = headers
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .is_some_and(|v| v == &**t);
-            if !ok {
-                return text(
-                    StatusCode::UNAUTHORIZED,
-                    "tap needs `Authorization: Bearer $PETREL_API_TOKEN`".into(),
-                );
-            }
-        }
-        (None, true) => {}
+    if let Some(refused) = authorize(&s, &headers, &uri, "GET /tap") {
+        return refused;
     }
     let mut params = std::collections::HashMap::new();
     for pair in query.as_deref().unwrap_or("").split('&') {
@@ -305,6 +451,178 @@ async fn tap_handler(
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// An API that is not on loopback as far as its rules go (it listens
+    /// on 127.0.0.1, like every test service), whose reloads fail with an
+    /// error naming a configuration file; returns its port, the runtime
+    /// serving it, and the number of reloads that reached the agent.
+    fn off_loopback_api(token: Option<&str>) -> (u16, tokio::runtime::Runtime, Arc<AtomicUsize>) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let (tx, rx) = crossbeam_channel::unbounded::<super::ReloadRequest>();
+        let reached = Arc::new(AtomicUsize::new(0));
+        let r = reached.clone();
+        std::thread::spawn(move || {
+            for answer in rx {
+                r.fetch_add(1, Ordering::SeqCst);
+                let _ = answer.send(Err(
+                    "/etc/petrel/pipelines/web.yaml:3:5: unknown key `x`".into()
+                ));
+            }
+        });
+        let state = super::ApiState {
+            metrics: petrel_core::Metrics::new(),
+            budget: petrel_core::MemoryBudget::new(1 << 20),
+            reload: tx,
+            loopback: false,
+            token: token.map(Arc::from),
+        };
+        rt.spawn(async move {
+            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+            super::serve_with(l, state).await;
+        });
+        (port, rt, reached)
+    }
+
+    /// (status, body) of one HTTP/1.0 request with `headers`.
+    fn request(port: u16, method: &str, path: &str, headers: &[&str]) -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .expect("timeout");
+        let mut req = format!("{method} {path} HTTP/1.0\r\nContent-Length: 0\r\n");
+        for h in headers {
+            req.push_str(h);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).expect("write");
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a response");
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("a status");
+        (status, body.to_string())
+    }
+
+    #[test]
+    fn off_loopback_reload_and_tap_are_refused_without_a_token() {
+        let (port, _rt, reached) = off_loopback_api(None);
+        let host = "Host: 10.0.0.7:8686";
+        let (st, body) = request(port, "POST", "/reload", &[host]);
+        assert_eq!(st, 403, "{body}");
+        assert!(body.contains("PETREL_API_TOKEN"), "{body}");
+        assert!(!body.contains("/etc/petrel"), "{body}");
+        let (st, body) = request(port, "GET", "/tap?pipeline=web", &[host]);
+        assert_eq!(st, 403, "{body}");
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            0,
+            "no reload reached the agent"
+        );
+        // Monitoring stays open.
+        assert_eq!(request(port, "GET", "/metrics", &[host]).0, 200);
+        assert_eq!(request(port, "GET", "/health", &[host]).0, 200);
+    }
+
+    #[test]
+    fn off_loopback_reload_and_tap_need_the_token() {
+        let (port, _rt, reached) = off_loopback_api(Some("s3cret"));
+        let host = "Host: 10.0.0.7:8686";
+        for auth in [
+            None,
+            Some("Authorization: Bearer nope"),
+            Some("Authorization: Basic s3cret"),
+        ] {
+            let headers: Vec<&str> = [host].into_iter().chain(auth).collect();
+            let (st, body) = request(port, "POST", "/reload", &headers);
+            assert_eq!(st, 401, "{auth:?}: {body}");
+            assert!(!body.contains("/etc/petrel"), "{auth:?}: {body}");
+            let (st, body) = request(port, "GET", "/tap?pipeline=web", &headers);
+            assert_eq!(st, 401, "{auth:?}: {body}");
+        }
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            0,
+            "no reload reached the agent"
+        );
+        let ok = [host, "Authorization: Bearer s3cret"];
+        // An authenticated client gets the errors it needs to fix the
+        // configuration.
+        let (st, body) = request(port, "POST", "/reload", &ok);
+        assert_eq!(st, 422, "{body}");
+        assert!(body.contains("web.yaml:3:5"), "{body}");
+        assert_eq!(reached.load(Ordering::SeqCst), 1);
+        let (st, body) = request(port, "GET", "/tap?pipeline=web", &ok);
+        assert_eq!(st, 404, "past the token check: {body}");
+        let lower = [host, "Authorization: bearer s3cret"];
+        let (st, body) = request(port, "GET", "/tap?pipeline=web", &lower);
+        assert_eq!(st, 404, "the scheme is case-insensitive: {body}");
+        assert_eq!(request(port, "GET", "/metrics", &[host]).0, 200);
+        assert_eq!(request(port, "GET", "/health", &[host]).0, 200);
+    }
+
+    #[test]
+    fn loopback_hosts_and_origins_are_told_from_others() {
+        for h in [
+            "localhost",
+            "LOCALHOST:8686",
+            "localhost.",
+            "127.0.0.1",
+            "127.1.2.3:80",
+            "[::1]",
+            "[::1]:8686",
+        ] {
+            assert!(super::loopback_host(h), "{h}");
+        }
+        for h in [
+            "",
+            "evil.example",
+            "evil.example:8686",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "10.0.0.1:8686",
+            "0.0.0.0",
+            "[::]:8686",
+            "[::1",
+            "::1",
+            "localhost:",
+            "localhost:80:80",
+            "localhost:8o",
+            "[::1]x",
+        ] {
+            assert!(!super::loopback_host(h), "{h}");
+        }
+        for o in [
+            "http://localhost:3000",
+            "https://127.0.0.1",
+            "http://[::1]:8080",
+        ] {
+            assert!(super::loopback_origin(o), "{o}");
+        }
+        for o in [
+            "null",
+            "https://evil.example",
+            "file://",
+            "http://localhost.evil.example",
+            "ftp://localhost",
+            "http://localhost/x",
+        ] {
+            assert!(!super::loopback_origin(o), "{o}");
+        }
+    }
+
     #[test]
     fn query_values_are_percent_decoded_without_panicking() {
         assert_eq!(super::percent_decode("a%2Fb+c"), "a/b c");

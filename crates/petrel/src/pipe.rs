@@ -10,7 +10,8 @@
 //! `--sync-interval-ms` and at the end of input. The writer is never
 //! made to wait by the pipeline: when the spool holds `--max-bytes` of
 //! undelivered data (or the disk refuses writes), new lines are dropped,
-//! counted on stderr and in `DIR/pipe-dropped[.NAME]`.
+//! counted on stderr and in `DIR/pipe-dropped.NAME` (`DIR/pipe-dropped`
+//! without `--name`).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -179,8 +180,8 @@ pub fn run(opts: &PipeOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Says on stderr (at most every 10 s) and in `DIR/pipe-dropped` how much
-/// was dropped.
+/// Says on stderr (at most every 10 s) and in `DIR/pipe-dropped.NAME`
+/// (`DIR/pipe-dropped` without a name) how much was dropped.
 fn report_dropped(opts: &PipeOptions, d: &mut Dropped, last: bool) {
     if d.lines == 0 {
         return;

@@ -4,7 +4,7 @@
 //! pipeline never waits for it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// How events are printed.
@@ -44,6 +44,44 @@ fn encode(v: &str) -> String {
         .collect()
 }
 
+/// Connects to the agent's API at `api_addr`, trying each address it
+/// resolves to (`localhost` may give `::1` first while the agent listens
+/// on 127.0.0.1).
+pub fn connect(api_addr: &str, timeout: Duration) -> anyhow::Result<(TcpStream, SocketAddr)> {
+    let mut last = None;
+    for addr in api_addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => return Ok((s, addr)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => anyhow::anyhow!(
+            "no agent answers at {api_addr} ({e}); is `petrel run` running with --api-addr {api_addr}?"
+        ),
+        None => anyhow::anyhow!("{api_addr}: no address"),
+    })
+}
+
+/// The `Host` and `Authorization` headers of a request to the API at
+/// `addr` (reached as `given`), each ending with CRLF. On loopback the
+/// agent takes only a loopback `Host`, so the address connected to is
+/// sent rather than a name that merely resolves to it; the token comes
+/// from `PETREL_API_TOKEN` when set.
+pub fn request_headers(given: &str, addr: &SocketAddr) -> String {
+    let mut h = if addr.ip().is_loopback() {
+        format!("Host: {addr}\r\n")
+    } else {
+        format!("Host: {given}\r\n")
+    };
+    if let Ok(t) = std::env::var("PETREL_API_TOKEN") {
+        if !t.is_empty() {
+            h.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+    }
+    h
+}
+
 /// Streams events to `out` until the limit, the agent's end of the
 /// stream, or a closed output.
 pub fn run(o: &TapOptions, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -61,25 +99,11 @@ pub fn run(o: &TapOptions, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(r) = o.rate {
         query.push_str(&format!("&rate={r}"));
     }
-    let addr = o
-        .api_addr
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("{}: no address", o.api_addr))?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| {
-        anyhow::anyhow!(
-            "no agent answers at {} ({e}); is `petrel run` running with --api-addr {}?",
-            o.api_addr,
-            o.api_addr
-        )
-    })?;
-    let mut req = format!("GET /tap?{query} HTTP/1.0\r\nHost: {}\r\n", o.api_addr);
-    if let Ok(t) = std::env::var("PETREL_API_TOKEN") {
-        if !t.is_empty() {
-            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-    }
-    req.push_str("\r\n");
+    let (mut s, addr) = connect(&o.api_addr, Duration::from_secs(5))?;
+    let req = format!(
+        "GET /tap?{query} HTTP/1.0\r\n{}\r\n",
+        request_headers(&o.api_addr, &addr)
+    );
     s.write_all(req.as_bytes())?;
     let mut r = BufReader::new(s);
     let mut status = String::new();

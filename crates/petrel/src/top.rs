@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -107,15 +106,11 @@ fn parse_line(line: &str) -> Option<Sample> {
 /// GET `path` from `addr` with HTTP/1.0 (the agent's API answers plain
 /// HTTP); the body on 200.
 fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<String, String> {
-    let sock = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{addr}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| e.to_string())?;
+    let (mut s, sock) = crate::tapcmd::connect(addr, timeout).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+    let headers = crate::tapcmd::request_headers(addr, &sock);
+    s.write_all(format!("GET {path} HTTP/1.0\r\n{headers}\r\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).map_err(|e| e.to_string())?;

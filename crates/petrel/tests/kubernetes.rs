@@ -168,6 +168,50 @@ fn a_chain_cut_by_rotation_is_flushed_and_the_new_file_read() {
     );
 }
 
+/// A line whose last part comes long after its first ones, in the file
+/// the runtime still writes to, comes out whole (issue 19: it came out in
+/// two events once the file had been idle for `partial_line_timeout_ms`).
+#[test]
+fn a_slowly_finished_line_in_a_live_file_comes_out_whole() {
+    let dir = tempdir();
+    let (out, log, cfg) = one_container(dir.path(), 200);
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    append(
+        &log,
+        format!("{T} stdout F before\n{T} stdout P slow-a|\n{T} stdout P slow-b|\n").as_bytes(),
+    );
+    wait_lines(&out, 1);
+    // The writer pauses for many times `partial_line_timeout_ms`.
+    std::thread::sleep(Duration::from_secs(3));
+    append(
+        &log,
+        format!("{T} stdout F slow-c\n{T} stdout F after\n").as_bytes(),
+    );
+    wait_for(LONG, "the line after the slow one", || {
+        let msgs: Vec<String> = by_message(&out)
+            .iter()
+            .map(|v| field(v, "message").to_string())
+            .collect();
+        if msgs.iter().any(|m| m == "after") {
+            Ok(msgs)
+        } else {
+            Err(format!("{msgs:?}"))
+        }
+    });
+    let msgs: Vec<String> = by_message(&out)
+        .iter()
+        .map(|v| field(v, "message").to_string())
+        .collect();
+    assert_eq!(msgs, vec!["before", "slow-a|slow-b|slow-c", "after"]);
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &source_error("k8s", "pods", "container_partial_unfinished")
+        ),
+        0.0
+    );
+}
+
 #[test]
 fn an_unfinished_chain_survives_kill_9_and_comes_out_once() {
     let dir = tempdir();
@@ -221,6 +265,27 @@ fn label_selection_without_a_runtime_is_a_config_error() {
     assert!(err.contains("k8s.yaml"), "{err}");
 }
 
+#[test]
+fn a_live_files_wait_shorter_than_a_rotated_ones_is_a_config_error() {
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        &dir.path().join("pods"),
+        &dir.path().join("docker"),
+        &dir.path().join("out"),
+        "    partial_line_timeout_ms: 5000\n    unfinished_line_timeout_ms: 1000\n",
+    );
+    let o = std::process::Command::new(bin())
+        .args(["validate", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("k8s.yaml:"), "{err}");
+    assert!(err.contains("unfinished_line_timeout_ms"), "{err}");
+}
+
 /// `2026-11-23T12:20:47.9715223Z` and `…47.971522300Z` are the same time.
 fn norm_time(t: &str) -> String {
     match t.split_once('.') {
@@ -271,7 +336,9 @@ fn real_docker_json_file_samples_give_the_reference_events() {
         &dir.path().join("pods"),
         &docker,
         &out,
-        "    partial_line_timeout_ms: 300\n",
+        // The last line without newline waits in its live file for
+        // `unfinished_line_timeout_ms`.
+        "    partial_line_timeout_ms: 300\n    unfinished_line_timeout_ms: 300\n",
     );
     let log_of = |n: u8| {
         let d = docker.join(id(n));

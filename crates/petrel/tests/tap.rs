@@ -108,7 +108,7 @@ fn a_tap_client_that_stops_reading_never_blocks_the_pipeline() {
     // A client that asks for everything and never reads.
     let mut stalled = std::net::TcpStream::connect(("127.0.0.1", agent.port)).unwrap();
     stalled
-        .write_all(b"GET /tap?pipeline=web HTTP/1.0\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /tap?pipeline=web HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     wait_tap_open(&agent, 1);
     let n = 300_000;

@@ -268,6 +268,7 @@ impl Agent {
             .env_remove("PETREL_LOG")
             .env_remove("PETREL_LOG_FORMAT")
             .env_remove("PETREL_DATA_DIR")
+            .env_remove("PETREL_API_TOKEN")
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stderr(Stdio::piped())

@@ -61,6 +61,10 @@ pub struct FileSourceConfig {
     pub max_line_bytes: usize,
     /// Emit an unterminated last line after the file stopped growing this long.
     pub partial_line_timeout: Duration,
+    /// How long a decoded file's unfinished message (a container line's
+    /// first parts) waits for its last part while the file stays at its
+    /// path (`partial_line_timeout` once it was rotated away or deleted).
+    pub unfinished_line_timeout: Duration,
     /// Size of one read.
     pub read_block_bytes: usize,
     /// Joining lines into events.
@@ -143,6 +147,8 @@ impl FileSourceConfig {
             read_from,
             max_line_bytes: max_line_bytes.clamp(64, 1 << 30),
             partial_line_timeout,
+            // Plain files have no decoded messages.
+            unfinished_line_timeout: partial_line_timeout,
             read_block_bytes: read_block_bytes.clamp(4096, 64 << 20),
             multiline,
             close_inactive: map
@@ -250,6 +256,7 @@ pub fn start_reading(
             block_bytes: config.read_block_bytes,
             max_line_bytes: config.max_line_bytes,
             partial_line_timeout: config.partial_line_timeout,
+            unfinished_line_timeout: config.unfinished_line_timeout,
             emitter: ctx.emitter.clone(),
             budget: ctx.budget.clone(),
             sent_events: m.sent_events.clone(),

@@ -33,8 +33,13 @@ pub struct ReadContext {
     /// Lines longer than this are split into pieces.
     pub max_line_bytes: usize,
     /// A last line without newline is emitted after the file stopped
-    /// growing for this long.
+    /// growing for this long; so is an unfinished decoded message (a
+    /// container line's first parts) of a file rotated away or deleted.
     pub partial_line_timeout: std::time::Duration,
+    /// How long an unfinished decoded message waits for its last part in
+    /// a file that is still at its path (the runtime writes the rest
+    /// there) once the file stopped growing.
+    pub unfinished_line_timeout: std::time::Duration,
     /// Where batches go.
     pub emitter: Arc<dyn Emitter>,
     /// Memory budget of the pipeline.
@@ -126,6 +131,10 @@ pub struct FileReader {
     decoder: Option<Box<dyn LineDecoder>>,
     /// The generation of the metadata this reader's events carry.
     pub meta_generation: u64,
+    /// The carry of a decoded file was decoded at its end since the file
+    /// last grew and what stays is an unfinished message still waiting:
+    /// not worth decoding again every round until something changes.
+    held_checked: bool,
     /// `source` with a `stream` field, for stdout and stderr events, and
     /// the `source` they were made from.
     stream_sources: Option<(Arc<SourceInfo>, [Arc<SourceInfo>; 2])>,
@@ -165,6 +174,7 @@ impl FileReader {
             gauged: None,
             decoder: None,
             meta_generation: 0,
+            held_checked: false,
             stream_sources: None,
         };
         r.seek(offset);
@@ -397,6 +407,7 @@ impl FileReader {
             }
             self.offset += n as u64;
             self.last_growth = Instant::now();
+            self.held_checked = false;
             self.carry.clear();
             let start_offset = self.offset - buf.len() as u64;
             if self.decoder.is_some() {
@@ -457,7 +468,7 @@ impl FileReader {
                 ctx.split_lines.inc();
                 let n = buf.len();
                 buf.push(b'\n');
-                let used = self.decode_and_emit(ctx, &buf, n, start_offset, false, charge);
+                let used = self.decode_and_emit(ctx, &buf, n, start_offset, false, false, charge);
                 buf.truncate(n);
                 self.carry.extend_from_slice(&buf[used..]);
                 return;
@@ -465,7 +476,7 @@ impl FileReader {
             None => 0,
         };
         let used = if end > 0 {
-            self.decode_and_emit(ctx, &buf[..end], end, start_offset, false, charge)
+            self.decode_and_emit(ctx, &buf[..end], end, start_offset, false, false, charge)
         } else {
             0
         };
@@ -477,21 +488,24 @@ impl FileReader {
 
     /// Decodes `raw` (whose first `raw_len` bytes are file content starting
     /// at `start_offset`), groups multiline events, emits them, and returns
-    /// the raw bytes consumed.
+    /// the raw bytes consumed. `flush_unfinished` emits unfinished
+    /// messages as they are; `flush_groups` the open multiline event.
+    #[allow(clippy::too_many_arguments)]
     fn decode_and_emit(
         &mut self,
         ctx: &ReadContext,
         raw: &[u8],
         raw_len: usize,
         start_offset: u64,
-        flush: bool,
+        flush_unfinished: bool,
+        flush_groups: bool,
         mut charge: petrel_core::MemoryCharge,
     ) -> usize {
         let Some(dec) = self.decoder.as_mut() else {
             return 0;
         };
         let mut d = Decoded::default();
-        dec.decode(raw, start_offset, flush, &mut d);
+        dec.decode(raw, start_offset, flush_unfinished, &mut d);
         let mut used = d.held.min(raw_len);
         let Decoded {
             mut out, mut msgs, ..
@@ -504,7 +518,7 @@ impl FileReader {
                     ctx.multiline_cut.inc_by(cut);
                 }
                 if held < out.len() {
-                    if flush {
+                    if flush_groups {
                         spans.push(Span::new(held, out.len() - 1 - held));
                     } else {
                         // The open event's messages are decoded again with
@@ -624,18 +638,28 @@ impl FileReader {
                 Some(ml) => ml.timeout.min(ctx.partial_line_timeout),
                 None => ctx.partial_line_timeout,
             };
-            if !self.carry.is_empty() && self.last_growth.elapsed() >= wait {
-                // The file stopped mid-message (rotated or ended for good):
-                // what was held goes out as it is.
-                let mut raw = std::mem::take(&mut self.carry);
-                let n = raw.len();
-                let start = self.offset - n as u64;
-                if raw.last() != Some(&b'\n') {
-                    raw.push(b'\n');
+            let idle = self.last_growth.elapsed();
+            if !self.carry.is_empty() && idle >= wait {
+                // A file rotated away or deleted gets nothing more: what it
+                // holds goes out as it is. One still at its path may yet
+                // get the rest of a line its writer is slow to finish
+                // (issue 19), so an unfinished message waits longer there;
+                // the open multiline event and a last record without
+                // newline go out now either way.
+                let live = self.detached_since.is_none() && !self.deleted;
+                let give_up = !live || idle >= ctx.unfinished_line_timeout;
+                if give_up || !self.held_checked {
+                    let mut raw = std::mem::take(&mut self.carry);
+                    let n = raw.len();
+                    let start = self.offset - n as u64;
+                    if raw.last() != Some(&b'\n') {
+                        raw.push(b'\n');
+                    }
+                    let charge = ctx.budget.charge_held(ctx.budget.reservation(raw.len()));
+                    let used = self.decode_and_emit(ctx, &raw, n, start, give_up, true, charge);
+                    self.carry.extend_from_slice(&raw[used.min(n)..n]);
+                    self.held_checked = !give_up;
                 }
-                let charge = ctx.budget.charge_held(ctx.budget.reservation(raw.len()));
-                let used = self.decode_and_emit(ctx, &raw, n, start, true, charge);
-                self.carry.extend_from_slice(&raw[used.min(n)..n]);
             }
             return Turn::Eof;
         }
@@ -794,6 +818,7 @@ mod tests {
             block_bytes: 4096,
             max_line_bytes: 1024,
             partial_line_timeout: Duration::from_secs(5),
+            unfinished_line_timeout: Duration::from_secs(300),
             emitter,
             budget,
             sent_events: Counter::default(),
@@ -806,6 +831,120 @@ mod tests {
             multiline: None,
             multiline_cut: Counter::default(),
         }
+    }
+
+    /// The messages of the batches emitted so far, taken out and
+    /// acknowledged (a batch dropped unanswered counts as failed).
+    fn messages(out: &Collect) -> Vec<String> {
+        out.0
+            .lock()
+            .drain(..)
+            .flat_map(|mut b| {
+                if let Some(a) = b.ack.take() {
+                    a.ack();
+                }
+                b.events
+                    .iter()
+                    .map(|e| {
+                        String::from_utf8_lossy(b.field_bytes(e, "message").unwrap_or_default())
+                            .into_owned()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// A reader of `path` decoding CRI records, with the unfinished
+    /// counter.
+    fn cri_reader(path: &std::path::Path) -> (FileReader, Counter) {
+        use crate::sources::kubernetes::format::{ContainerDecoder, FormatCounters, Streams};
+        let file = File::open(path).unwrap();
+        let meta = file.metadata().unwrap();
+        let fp = Fingerprint::read(&file, meta.len()).unwrap();
+        let counters = FormatCounters::default();
+        let unfinished = counters.unfinished.clone();
+        let streams = Streams {
+            stdout: true,
+            stderr: true,
+        };
+        let r = FileReader::open(path.into(), 0, fp, file, FileId::of(&meta), Arc::new([]))
+            .with_decoder(Some(Box::new(ContainerDecoder::new(
+                1 << 20,
+                streams,
+                counters,
+            ))));
+        (r, unfinished)
+    }
+
+    const T: &str = "2024-03-01T10:20:30.000000001Z";
+
+    fn append(path: &std::path::Path, data: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(data.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_live_files_unfinished_line_waits_for_its_end_past_the_partial_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, format!("{T} stdout P slow-a|\n")).unwrap();
+        let (mut r, unfinished) = cri_reader(&path);
+        let out = Arc::new(Collect::default());
+        let mut ctx = context(out.clone());
+        // Every idle moment is past the partial timeout; the live file's
+        // own bound is far away.
+        ctx.partial_line_timeout = Duration::ZERO;
+        ctx.unfinished_line_timeout = Duration::from_secs(3600);
+        for _ in 0..3 {
+            r.read_turn(&ctx, 4);
+        }
+        assert_eq!(messages(&out), Vec::<String>::new(), "still waiting");
+        assert!(r.has_partial());
+        append(&path, &format!("{T} stdout P slow-b|\n"));
+        r.refresh(&ctx);
+        for _ in 0..3 {
+            r.read_turn(&ctx, 4);
+        }
+        assert_eq!(messages(&out), Vec::<String>::new(), "still waiting");
+        append(&path, &format!("{T} stdout F slow-c\n{T} stdout F next\n"));
+        r.refresh(&ctx);
+        r.read_turn(&ctx, 4);
+        assert_eq!(messages(&out), ["slow-a|slow-b|slow-c", "next"]);
+        assert_eq!(unfinished.get(), 0);
+    }
+
+    #[test]
+    fn an_unfinished_line_goes_out_once_its_file_is_rotated_or_its_wait_is_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Arc::new(Collect::default());
+        let mut ctx = context(out.clone());
+        ctx.partial_line_timeout = Duration::ZERO;
+        ctx.unfinished_line_timeout = Duration::from_secs(3600);
+        // Rotated away: nothing more comes to this file.
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, format!("{T} stdout F one\n{T} stdout P cut-a|\n")).unwrap();
+        let (mut r, unfinished) = cri_reader(&path);
+        r.read_turn(&ctx, 4);
+        r.read_turn(&ctx, 4);
+        assert_eq!(messages(&out), ["one"]);
+        r.detached_since = Some(Instant::now());
+        r.read_turn(&ctx, 4);
+        assert_eq!(messages(&out), ["cut-a|"]);
+        assert_eq!(unfinished.get(), 1);
+        assert!(!r.has_partial());
+        // Still at its path, but idle for `unfinished_line_timeout`: a
+        // container's last output without newline.
+        let path = dir.path().join("1.log");
+        std::fs::write(&path, format!("{T} stdout P last words\n")).unwrap();
+        let (mut r, unfinished) = cri_reader(&path);
+        r.read_turn(&ctx, 4);
+        r.read_turn(&ctx, 4);
+        assert_eq!(messages(&out), Vec::<String>::new());
+        ctx.unfinished_line_timeout = Duration::ZERO;
+        r.read_turn(&ctx, 4);
+        assert_eq!(messages(&out), ["last words"]);
+        assert_eq!(unfinished.get(), 1);
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub const KEYS: &[&str] = &[
     "read_from",
     "multiline",
     "partial_line_timeout_ms",
+    "unfinished_line_timeout_ms",
     "metadata_wait_ms",
 ];
 
@@ -148,14 +149,16 @@ fn reading(
         )?),
         None => None,
     };
+    let partial_line_timeout =
+        Duration::from_millis(map.u64("partial_line_timeout_ms", false).unwrap_or(5000));
     Some(FileSourceConfig {
         include,
         exclude: Vec::new(),
         read_from,
         max_line_bytes,
-        partial_line_timeout: Duration::from_millis(
-            map.u64("partial_line_timeout_ms", false).unwrap_or(5000),
-        ),
+        partial_line_timeout,
+        // `kubernetes_logs` sets its own (its files have decoded lines).
+        unfinished_line_timeout: partial_line_timeout,
         read_block_bytes: 256 << 10,
         multiline,
         close_inactive: None,
@@ -261,6 +264,14 @@ impl KubernetesLogsConfig {
             }
             include_globs.push(g);
         }
+        // A raw record is at most a runtime's split size plus its prefix;
+        // anything longer is not a record.
+        let file = reading(&map, include_globs, max_merged.max(64 << 10), max_merged);
+        let unfinished_line_timeout = unfinished_line_timeout(
+            &map,
+            file.as_ref()
+                .map_or(Duration::from_secs(5), |f| f.partial_line_timeout),
+        );
         Some(Self {
             pods_dir,
             docker_dir,
@@ -273,10 +284,34 @@ impl KubernetesLogsConfig {
             metadata_wait: Duration::from_millis(
                 map.u64("metadata_wait_ms", false).unwrap_or(5000),
             ),
-            // A raw record is at most a runtime's split size plus its
-            // prefix; anything longer is not a record.
-            file: reading(&map, include_globs, max_merged.max(64 << 10), max_merged)?,
+            file: FileSourceConfig {
+                unfinished_line_timeout,
+                ..file?
+            },
         })
+    }
+}
+
+/// How long a line's first parts wait for the last one in a log file the
+/// runtime still writes to: `unfinished_line_timeout_ms`, 5 minutes by
+/// default. Not for ever: a container whose last output has no newline
+/// ends its log with a partial record (containerd, CRI-O, Docker), and
+/// that line must come out while the file stays. Never below `partial`
+/// (`partial_line_timeout_ms`, the wait of a rotated file's line).
+fn unfinished_line_timeout(map: &Map<'_>, partial: Duration) -> Duration {
+    let default = Duration::from_secs(300);
+    match map.get("unfinished_line_timeout_ms") {
+        None => default.max(partial),
+        Some(n) => {
+            let v = n.as_u64(false).map_or(default, Duration::from_millis);
+            if v < partial {
+                n.error(format!(
+                    "`unfinished_line_timeout_ms` must be at least `partial_line_timeout_ms` ({} ms): a line in a live file waits at least as long as one cut by rotation",
+                    partial.as_millis()
+                ));
+            }
+            v.max(partial)
+        }
     }
 }
 

@@ -1,0 +1,290 @@
+//! Who may use the API's control and data endpoints (`POST /reload`,
+//! `GET /tap`), with raw HTTP requests against the real binary: on
+//! loopback, requests naming a foreign `Host` (DNS rebinding) or sent by a
+//! cross-site page (`Origin`) are refused; with `PETREL_API_TOKEN` set,
+//! both need it as a bearer token; `/metrics` and `/health` stay open.
+//! The rules for an API off loopback are tested in `api.rs` (test services
+//! listen on 127.0.0.1 only).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const SECRET: &str = "secret-password=hunter2";
+
+fn config(dir: &Path, log: &Path, out: &Path) -> PathBuf {
+    write_config(
+        dir,
+        "web",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: file\n    path: {}\n",
+            log.display(),
+            out.display()
+        ),
+    )
+}
+
+/// Starts an agent that read one line of `app.log`, with `env` and
+/// without watching its configuration (only the API reloads it).
+fn agent(dir: &Path, env: &[(&str, &str)]) -> (Agent, PathBuf, PathBuf) {
+    let (log, out) = (dir.join("app.log"), dir.join("out.log"));
+    append(&log, b"first\n");
+    let cfg = config(dir, &log, &out);
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.join("data"),
+        AgentOptions {
+            args: vec!["--no-watch-config".into()],
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        },
+    );
+    wait_lines(&out, 1);
+    (agent, log, cfg)
+}
+
+/// Sends `head` (request line and headers, without the blank line),
+/// calls `then` (say, to write a log line a tap would stream), and reads
+/// the answer until the agent closes the connection or 10 s pass (a tap
+/// that was wrongly served streams without end): (status, body).
+fn raw(port: u16, head: &str, then: impl FnOnce()) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "{head}\r\nContent-Length: 0\r\n\r\n").unwrap();
+    then();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+fn reloads(agent: &Agent) -> f64 {
+    ["applied", "unchanged", "failed"]
+        .iter()
+        .map(|r| agent.metric_or_zero("petrel_config_reload_total", &[("result", r)]))
+        .sum()
+}
+
+#[test]
+fn on_loopback_a_foreign_host_gets_neither_logs_nor_a_reload() {
+    let dir = tempdir();
+    let (agent, log, _) = agent(dir.path(), &[]);
+    let port = agent.port;
+    // A page of attacker.example whose name now resolves to 127.0.0.1
+    // (DNS rebinding): its requests name its own host.
+    for host in [
+        format!("attacker.example:{port}"),
+        "attacker.example".to_string(),
+        "127.0.0.1.attacker.example".to_string(),
+        "localhost.attacker.example".to_string(),
+        format!("10.1.2.3:{port}"),
+    ] {
+        let (st, body) = raw(
+            port,
+            &format!("GET /tap?pipeline=web&limit=1 HTTP/1.1\r\nHost: {host}\r\nConnection: close"),
+            || append(&log, format!("{SECRET}\n").as_bytes()),
+        );
+        assert_eq!(st, 403, "{host}: {body}");
+        assert!(!body.contains("hunter2"), "{host}: {body}");
+        assert!(body.contains("Host"), "says why: {body}");
+        let (st, body) = raw(
+            port,
+            &format!("POST /reload HTTP/1.1\r\nHost: {host}\r\nConnection: close"),
+            || {},
+        );
+        assert_eq!(st, 403, "{host}: {body}");
+        // Monitoring stays open to any Host.
+        let (st, body) = raw(
+            port,
+            &format!("GET /metrics HTTP/1.0\r\nHost: {host}"),
+            || {},
+        );
+        assert_eq!(st, 200, "{host}: {body}");
+        let (st, body) = raw(
+            port,
+            &format!("GET /health HTTP/1.0\r\nHost: {host}"),
+            || {},
+        );
+        assert_eq!(st, 200, "{host}: {body}");
+    }
+    assert_eq!(reloads(&agent), 0.0, "no refused reload reached the agent");
+    // Loopback names and addresses, with or without a port, and no Host
+    // at all (HTTP/1.0).
+    let allowed = [
+        Some("localhost".to_string()),
+        Some(format!("LocalHost:{port}")),
+        Some(format!("127.0.0.1:{port}")),
+        Some("127.9.8.7".to_string()),
+        Some(format!("[::1]:{port}")),
+        Some("[::1]".to_string()),
+        None,
+    ];
+    for host in &allowed {
+        let head = match host {
+            Some(h) => format!("POST /reload HTTP/1.0\r\nHost: {h}"),
+            None => "POST /reload HTTP/1.0".to_string(),
+        };
+        let (st, body) = raw(port, &head, || {});
+        assert_eq!(st, 200, "{host:?}: {body}");
+    }
+    assert_eq!(reloads(&agent), allowed.len() as f64);
+    let (st, body) = raw(
+        port,
+        &format!("GET /tap?pipeline=web&limit=1 HTTP/1.0\r\nHost: localhost:{port}"),
+        || append(&log, format!("{SECRET}\n").as_bytes()),
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("hunter2"), "the local tap works: {body}");
+}
+
+#[test]
+fn on_loopback_cross_site_pages_are_refused() {
+    let dir = tempdir();
+    let (agent, log, _) = agent(dir.path(), &[]);
+    let port = agent.port;
+    let host = format!("Host: 127.0.0.1:{port}");
+    for origin in [
+        "https://attacker.example",
+        "http://attacker.example:80",
+        "null",
+        "http://localhost.attacker.example",
+        "file://",
+    ] {
+        let (st, body) = raw(
+            port,
+            &format!("POST /reload HTTP/1.1\r\n{host}\r\nOrigin: {origin}\r\nConnection: close"),
+            || {},
+        );
+        assert_eq!(st, 403, "{origin}: {body}");
+        assert!(body.contains("Origin"), "says why: {body}");
+        let (st, body) = raw(
+            port,
+            &format!("GET /tap?pipeline=web&limit=1 HTTP/1.1\r\n{host}\r\nOrigin: {origin}\r\nConnection: close"),
+            || append(&log, format!("{SECRET}\n").as_bytes()),
+        );
+        assert_eq!(st, 403, "{origin}: {body}");
+        assert!(!body.contains("hunter2"), "{origin}: {body}");
+    }
+    assert_eq!(reloads(&agent), 0.0, "no refused reload reached the agent");
+    // A page served from the machine itself is not cross-site.
+    for origin in [
+        "http://localhost:3000",
+        "http://127.0.0.1",
+        "https://[::1]:8443",
+    ] {
+        let (st, body) = raw(
+            port,
+            &format!("POST /reload HTTP/1.0\r\n{host}\r\nOrigin: {origin}"),
+            || {},
+        );
+        assert_eq!(st, 200, "{origin}: {body}");
+    }
+}
+
+fn petrel_tap(port: u16, token: Option<&str>) -> std::process::Child {
+    let mut cmd = Command::new(bin());
+    cmd.arg("tap")
+        .args(["--api-addr", &format!("localhost:{port}")])
+        .args(["web", "--limit", "1", "--format", "text"])
+        .env_remove("PETREL_API_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(t) = token {
+        cmd.env("PETREL_API_TOKEN", t);
+    }
+    cmd.spawn().expect("run petrel tap")
+}
+
+#[test]
+fn with_a_token_reload_and_tap_need_it_and_errors_go_only_to_its_holders() {
+    let dir = tempdir();
+    let (agent, log, cfg) = agent(dir.path(), &[("PETREL_API_TOKEN", "s3cret")]);
+    let port = agent.port;
+    let host = format!("Host: 127.0.0.1:{port}");
+    let dir_name = dir.path().to_string_lossy().into_owned();
+    // An invalid configuration: its errors name the file.
+    std::fs::write(&cfg, "sources:\n  - type: nope\n").unwrap();
+    for auth in [
+        "",
+        "\r\nAuthorization: Bearer wrong",
+        "\r\nAuthorization: s3cret",
+    ] {
+        let (st, body) = raw(
+            port,
+            &format!("POST /reload HTTP/1.0\r\n{host}{auth}"),
+            || {},
+        );
+        assert_eq!(st, 401, "{auth:?}: {body}");
+        assert!(
+            !body.contains(&dir_name),
+            "no paths without the token: {body}"
+        );
+        assert!(body.contains("PETREL_API_TOKEN"), "says why: {body}");
+        let (st, body) = raw(
+            port,
+            &format!("GET /tap?pipeline=web&limit=1 HTTP/1.0\r\n{host}{auth}"),
+            || append(&log, format!("{SECRET}\n").as_bytes()),
+        );
+        assert_eq!(st, 401, "{auth:?}: {body}");
+        assert!(!body.contains("hunter2"), "{auth:?}: {body}");
+    }
+    assert_eq!(reloads(&agent), 0.0, "no refused reload reached the agent");
+    let (st, body) = raw(
+        port,
+        &format!("POST /reload HTTP/1.0\r\n{host}\r\nAuthorization: Bearer s3cret"),
+        || {},
+    );
+    assert_eq!(st, 422, "{body}");
+    assert!(
+        body.contains("web.yaml"),
+        "its holder gets the errors: {body}"
+    );
+    assert_eq!(reloads(&agent), 1.0);
+    // `petrel tap` sends the token from the same variable.
+    let mut without = petrel_tap(port, None);
+    let status = wait_child(&mut without, "petrel tap without the token");
+    let o = without.wait_with_output().unwrap();
+    assert!(!status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("401") && err.contains("PETREL_API_TOKEN"),
+        "{err}"
+    );
+    let mut with = petrel_tap(port, Some("s3cret"));
+    wait_metric(&agent, "petrel_tap_open", &[], 1.0, true);
+    append(&log, format!("{SECRET}\n").as_bytes());
+    let status = wait_child(&mut with, "petrel tap with the token");
+    let o = with.wait_with_output().unwrap();
+    assert!(status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), SECRET);
+    // Monitoring needs no token.
+    assert_eq!(
+        raw(port, &format!("GET /metrics HTTP/1.0\r\n{host}"), || {}).0,
+        200
+    );
+    assert_eq!(
+        raw(port, &format!("GET /health HTTP/1.0\r\n{host}"), || {}).0,
+        200
+    );
+}

@@ -172,6 +172,19 @@ impl SourceInfo {
     }
 }
 
+/// Where a batch's buffer sits in a stream whose byte positions survive
+/// restarts (a file, a spool segment), so that sinks can give each event an
+/// id that is the same every time the event is read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// Identity of the stream, stable across restarts, reloads and
+    /// rotation, and different for different content at the same place
+    /// (a reused inode).
+    pub stream: u128,
+    /// Stream position of the buffer's first byte.
+    pub base: u64,
+}
+
 /// Events sharing one read buffer, flowing through a pipeline together.
 pub struct EventBatch {
     /// The buffer all [`Value::Span`]s point into.
@@ -186,6 +199,10 @@ pub struct EventBatch {
     pub ack: Option<AckPart>,
     /// Memory held by the buffer; released when the batch is dropped.
     pub charge: MemoryCharge,
+    /// Where `buf` sits in its stream, set only by sources whose positions
+    /// are stable; events carry no position of their own (see
+    /// [`EventBatch::event_origin`]).
+    pub origin: Option<Origin>,
 }
 
 impl EventBatch {
@@ -198,7 +215,31 @@ impl EventBatch {
             input_bytes: 0,
             ack: None,
             charge: MemoryCharge::none(),
+            origin: None,
         }
+    }
+
+    /// The stream and stream position `ev` came from, when the batch has an
+    /// [`Origin`]: the lowest buffer position among the event's message and
+    /// top-level fields that still point into the buffer. Every such span
+    /// lies within the event's own line(s), lines do not overlap, and
+    /// processors are deterministic, so reading the same bytes again gives
+    /// the same position, however the reads were cut into batches and
+    /// whichever events a filter dropped. `None` when the batch has no
+    /// origin or no value of the event comes from the buffer any more
+    /// (a masked message and nothing else).
+    pub fn event_origin(&self, ev: &Event) -> Option<(u128, u64)> {
+        let o = self.origin?;
+        let mut low = match &ev.message {
+            Value::Span(s) => Some(s.start),
+            _ => None,
+        };
+        for (_, v) in &ev.fields {
+            if let Value::Span(s) = v {
+                low = Some(low.map_or(s.start, |l| l.min(s.start)));
+            }
+        }
+        low.map(|l| (o.stream, o.base + l as u64))
     }
 
     /// Bytes of field `name` of `ev`, counting the batch's source
@@ -249,5 +290,25 @@ mod tests {
         assert!(e.get("a").is_none());
         e.set("message".into(), Value::Str("x".into()));
         assert_eq!(e.message, Value::Str("x".into()));
+    }
+
+    #[test]
+    fn event_origin_is_the_lowest_span_and_survives_a_replaced_message() {
+        let mut b = EventBatch::new(Bytes::from_static(b"ab cd\nef\n"), Arc::default());
+        let mut first = Event::from_span(Span::new(0, 5));
+        let second = Event::from_span(Span::new(6, 2));
+        assert_eq!(b.event_origin(&first), None, "no origin, no position");
+        b.origin = Some(Origin {
+            stream: 7,
+            base: 1000,
+        });
+        assert_eq!(b.event_origin(&second), Some((7, 1006)));
+        // A parser put the message on a later span, a mask replaced it:
+        // the other fields still place the event.
+        first.set("word".into(), Value::Span(Span::new(3, 2)));
+        first.message = Value::Str("masked".into());
+        assert_eq!(b.event_origin(&first), Some((7, 1003)));
+        first.fields.clear();
+        assert_eq!(b.event_origin(&first), None);
     }
 }

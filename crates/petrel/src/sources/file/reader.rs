@@ -3,18 +3,18 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use petrel_core::plugin::Emitter;
-use petrel_core::{BatchAck, Event, EventBatch, PipelineBudget, SourceInfo, Span};
+use petrel_core::{BatchAck, Event, EventBatch, Origin, PipelineBudget, SourceInfo, Span};
 use prometheus_client::metrics::counter::Counter;
 
 use super::decode::{Decoded, LineDecoder, Stream};
-use super::identity::{FileId, Fingerprint};
+use super::identity::{stream_identity, FileId, Fingerprint, FINGERPRINT_BYTES};
 use super::multiline::Multiline;
 use super::tracker::OffsetTracker;
 
@@ -129,6 +129,9 @@ pub struct FileReader {
     /// `source` with a `stream` field, for stdout and stderr events, and
     /// the `source` they were made from.
     stream_sources: Option<(Arc<SourceInfo>, [Arc<SourceInfo>; 2])>,
+    /// The stream identity of this file's content (see [`stream_identity`]),
+    /// once its first line is complete.
+    origin_stream: Option<u128>,
 }
 
 impl FileReader {
@@ -166,6 +169,7 @@ impl FileReader {
             decoder: None,
             meta_generation: 0,
             stream_sources: None,
+            origin_stream: None,
         };
         r.seek(offset);
         r
@@ -283,6 +287,7 @@ impl FileReader {
         // Batches of the old content still in flight must not move the new
         // content's committed offset: start a fresh tracker.
         self.tracker = Arc::new(OffsetTracker::new(0));
+        self.origin_stream = None;
         self.fingerprint = Fingerprint::read(f, size).unwrap_or_default();
         self.seek(0);
         self.size = size;
@@ -584,7 +589,7 @@ impl FileReader {
                 (charge.split(charge.bytes() * run / total), start_offset, 0)
             };
             let source = self.stream_source(stream);
-            self.emit_batch(ctx, buf.clone(), source, run_events, end, len, part);
+            self.emit_batch(ctx, buf.clone(), source, run_events, end, len, part, None);
             if last {
                 break;
             }
@@ -741,7 +746,45 @@ impl FileReader {
         }
         let end = start_offset + len as u64;
         let source = self.source.clone();
-        self.emit_batch(ctx, Bytes::from(buf), source, events, end, len, charge);
+        // Only here is the buffer the file's own bytes (decoded container
+        // logs are rewritten), so only here are positions file offsets.
+        let origin = self.origin_stream().map(|stream| Origin {
+            stream,
+            base: start_offset,
+        });
+        self.emit_batch(
+            ctx,
+            Bytes::from(buf),
+            source,
+            events,
+            end,
+            len,
+            charge,
+            origin,
+        );
+    }
+
+    /// The file's stream identity, read once its first line is complete
+    /// (a first line still being written gives a provisional one).
+    fn origin_stream(&mut self) -> Option<u128> {
+        if let Some(s) = self.origin_stream {
+            return Some(s);
+        }
+        let f = self.file.as_ref()?;
+        let mut head = [0u8; FINGERPRINT_BYTES];
+        let mut got = 0;
+        while got < head.len() {
+            match f.read_at(&mut head[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(_) => return None,
+            }
+        }
+        let (id, complete) = stream_identity(self.id, &head[..got]);
+        if complete {
+            self.origin_stream = Some(id);
+        }
+        Some(id)
     }
 
     /// Sends one batch that commits up to `end` once delivered.
@@ -755,6 +798,7 @@ impl FileReader {
         end: u64,
         len: usize,
         charge: petrel_core::MemoryCharge,
+        origin: Option<Origin>,
     ) {
         let seq = self.tracker.register(end);
         let n = events.len() as u64;
@@ -766,6 +810,7 @@ impl FileReader {
         batch.input_bytes = len as u64;
         batch.ack = Some(BatchAck::start(self.tracker.clone(), seq));
         batch.charge = charge;
+        batch.origin = origin;
         ctx.sent_events.inc_by(n);
         ctx.sent_bytes.inc_by(len as u64);
         ctx.emitter.emit(batch);

@@ -1,0 +1,404 @@
+//! The `elasticsearch` sink against a real OpenSearch 2.19.6 (built from
+//! Maven Central by scripts/opensearch.sh): no duplicates after `kill -9`,
+//! refused documents set aside with the server's reason, nothing lost while
+//! the server is down or answers 429, data streams.
+
+mod common;
+mod opensearch;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use opensearch::{request, OpenSearch};
+
+/// `n` numbered lines `line-0000000 ...` from `from`.
+fn numbered(from: usize, n: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * 24);
+    for i in from..from + n {
+        out.extend_from_slice(format!("line-{i:07} petrel\n").as_bytes());
+    }
+    out
+}
+
+fn es_config(log: &Path, sink: &str) -> String {
+    format!(
+        "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: elasticsearch\n{sink}",
+        log.display()
+    )
+}
+
+fn sink_metric(agent: &Agent, name: &str) -> f64 {
+    agent.metric_or_zero(name, &[("component_type", "elasticsearch")])
+}
+
+/// Waits until `index` holds `n` documents and the agent committed the
+/// whole file, then checks that it stays at `n` with no message twice.
+fn assert_exactly(os: &OpenSearch, index: &str, n: u64, data_dir: &Path, log: &Path) {
+    let size = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+    wait_for(
+        Duration::from_secs(120),
+        "every line committed",
+        || match checkpoint_offset(data_dir, log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    let count = os.count(index);
+    assert_eq!(count, n, "documents in {index}");
+    let dups = os.repeated(index, "message.keyword");
+    assert!(dups.is_empty(), "messages indexed twice: {dups:?}");
+}
+
+#[test]
+fn kill_9_three_times_while_delivering_leaves_no_duplicate() {
+    const N: usize = 200_000;
+    let os = OpenSearch::start(&[]);
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    append(&log, &numbered(0, N));
+    let data = dir.path().join("data");
+    // Small requests, so that each kill lands between many of them, some
+    // answered and not yet committed.
+    let cfg = write_config(
+        dir.path(),
+        "es",
+        &es_config(
+            &log,
+            &format!(
+                "    endpoints: [\"{}\"]\n    index: \"kill9-%Y\"\n    compression: gzip\n    batch: {{ max_events: 2000, timeout_ms: 200 }}\n",
+                os.url()
+            ),
+        ),
+    );
+    let mut dups_seen = 0.0;
+    for (round, at) in [20_000u64, 70_000, 130_000].into_iter().enumerate() {
+        let mut agent = Agent::start(&cfg, &data);
+        wait_for(Duration::from_secs(120), "documents arriving", || {
+            let c = os.count("kill9-*");
+            if c >= at {
+                Ok(())
+            } else {
+                Err(format!("{c} documents"))
+            }
+        });
+        dups_seen += sink_metric(&agent, "petrel_component_duplicates_skipped_total");
+        agent.kill9();
+        eprintln!(
+            "kill -9 #{} at {} documents",
+            round + 1,
+            os.count("kill9-*")
+        );
+    }
+    let agent = Agent::start(&cfg, &data);
+    assert_exactly(&os, "kill9-*", N as u64, &data, &log);
+    dups_seen += sink_metric(&agent, "petrel_component_duplicates_skipped_total");
+    assert!(
+        dups_seen > 0.0,
+        "batches sent again after kill -9 must have met their own ids (409)"
+    );
+    assert_eq!(
+        sink_metric(&agent, "petrel_component_discarded_events_total"),
+        0.0
+    );
+}
+
+#[test]
+fn documents_refused_by_the_mapping_go_to_the_dead_letter_with_the_reason() {
+    const N: usize = 20_000;
+    let os = OpenSearch::start(&[]);
+    os.ok(
+        "PUT",
+        "/typed",
+        r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"}}}}"#,
+    );
+    let dir = tempdir();
+    let log = dir.path().join("app.json");
+    let mut text = String::new();
+    let mut bad = HashSet::new();
+    for i in 0..N {
+        if i % 100 == 37 {
+            text.push_str(&format!("{{\"k\":\"{i}\",\"n\":\"not-a-number-{i}\"}}\n"));
+            bad.insert(i.to_string());
+        } else {
+            text.push_str(&format!("{{\"k\":\"{i}\",\"n\":{i}}}\n"));
+        }
+    }
+    append(&log, text.as_bytes());
+    let dead = dir.path().join("dead.ndjson");
+    let data = dir.path().join("data");
+    let cfg = write_config(
+        dir.path(),
+        "es",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: parse_json\nsinks:\n  - type: elasticsearch\n    endpoints: [\"{}\"]\n    index: typed\n    dead_letter: \"{}\"\n",
+            log.display(),
+            os.url(),
+            dead.display()
+        ),
+    );
+    let agent = Agent::start(&cfg, &data);
+    let size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    wait_for(
+        Duration::from_secs(120),
+        "every line committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    assert_eq!(os.count("typed"), (N - bad.len()) as u64);
+    let records = json_lines(&dead);
+    let mut set_aside = HashSet::new();
+    for r in &records {
+        assert_eq!(r["status"], 400, "{r}");
+        assert_eq!(r["reason"], "refused by the endpoint");
+        let answer = r["answer"].as_str().unwrap_or_default();
+        assert!(
+            answer.contains("mapper_parsing_exception") && answer.contains("[n]"),
+            "the server's reason is kept: {answer}"
+        );
+        let k = r["record"]["k"].as_str().unwrap_or_default().to_string();
+        assert!(
+            r["record"]["n"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("not-a-number")),
+            "{r}"
+        );
+        assert!(set_aside.insert(k), "set aside once: {r}");
+    }
+    assert_eq!(
+        set_aside, bad,
+        "exactly the conflicting lines are set aside"
+    );
+    assert_eq!(
+        sink_metric(&agent, "petrel_component_discarded_events_total"),
+        bad.len() as f64
+    );
+}
+
+#[test]
+fn a_server_stopped_for_30_s_mid_stream_loses_nothing() {
+    const HALF: usize = 25_000;
+    let mut os = OpenSearch::start(&[]);
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    append(&log, &numbered(0, HALF));
+    let data = dir.path().join("data");
+    let cfg = write_config(
+        dir.path(),
+        "es",
+        &es_config(
+            &log,
+            &format!(
+                "    endpoints: [\"{}\"]\n    index: outage\n    batch: {{ max_events: 1000, timeout_ms: 200 }}\n",
+                os.url()
+            ),
+        ),
+    );
+    let agent = Agent::start(&cfg, &data);
+    wait_for(Duration::from_secs(120), "the first half delivered", || {
+        let c = os.count("outage");
+        if c >= 10_000 {
+            Ok(())
+        } else {
+            Err(format!("{c} documents"))
+        }
+    });
+    os.stop();
+    append(&log, &numbered(HALF, HALF));
+    std::thread::sleep(Duration::from_secs(30));
+    assert!(
+        sink_metric(&agent, "petrel_component_errors_total") > 0.0,
+        "failed attempts are counted while the server is down"
+    );
+    os.restart();
+    assert_exactly(&os, "outage", 2 * HALF as u64, &data, &log);
+}
+
+/// A proxy in front of OpenSearch that answers 429 for every `every`-th
+/// successful bulk item (the document was in fact indexed, like a lost
+/// answer), so the sink must send those alone and meet its own ids.
+fn serve_429_proxy(upstream: u16, every: u64, rewritten: Arc<AtomicU64>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let seen = Arc::new(AtomicU64::new(0));
+        for conn in l.incoming().flatten() {
+            let (seen, rewritten) = (seen.clone(), rewritten.clone());
+            std::thread::spawn(move || proxy_conn(conn, upstream, every, &seen, &rewritten));
+        }
+    });
+    port
+}
+
+fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewritten: &AtomicU64) {
+    let mut w = match conn.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut r = BufReader::new(conn);
+    loop {
+        let mut head = String::new();
+        if r.read_line(&mut head).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = head.split_whitespace();
+        let (method, path) = match (parts.next(), parts.next()) {
+            (Some(m), Some(p)) => (m.to_string(), p.to_string()),
+            _ => return,
+        };
+        let mut len = 0usize;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h == "\r\n" {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0u8; len];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let body = String::from_utf8_lossy(&body).into_owned();
+        let (status, mut text) = request(
+            upstream,
+            &method,
+            &path,
+            (!body.is_empty()).then_some(body.as_str()),
+        );
+        if status == 200 && path.starts_with("/_bulk") {
+            if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) {
+                if let Some(items) = v["items"].as_array_mut() {
+                    for item in items.iter_mut() {
+                        let Some(op) = item.as_object_mut().and_then(|o| o.values_mut().next())
+                        else {
+                            continue;
+                        };
+                        let ok = op["status"]
+                            .as_u64()
+                            .is_some_and(|s| (200..300).contains(&s));
+                        if ok && seen.fetch_add(1, Ordering::SeqCst) % every == 0 {
+                            op["status"] = 429.into();
+                            op["error"] = serde_json::json!({
+                                "type": "es_rejected_execution_exception",
+                                "reason": "rejected by the test proxy"
+                            });
+                            rewritten.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    v["errors"] = true.into();
+                }
+                text = v.to_string();
+            }
+        }
+        let resp = format!(
+            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+            text.len()
+        );
+        if w.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn items_answered_429_are_sent_again_without_loss_or_duplicates() {
+    const N: usize = 20_000;
+    let os = OpenSearch::start(&[]);
+    let rewritten = Arc::new(AtomicU64::new(0));
+    let proxy = serve_429_proxy(os.port, 10, rewritten.clone());
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    append(&log, &numbered(0, N));
+    let data = dir.path().join("data");
+    let cfg = write_config(
+        dir.path(),
+        "es",
+        &es_config(
+            &log,
+            &format!(
+                "    endpoints: [\"http://127.0.0.1:{proxy}\"]\n    index: throttled\n    mode: create\n    batch: {{ max_events: 1000, timeout_ms: 200 }}\n"
+            ),
+        ),
+    );
+    let agent = Agent::start(&cfg, &data);
+    assert_exactly(&os, "throttled", N as u64, &data, &log);
+    let r = rewritten.load(Ordering::SeqCst) as f64;
+    assert!(r >= (N / 10) as f64, "the proxy answered 429 {r} times");
+    let dups = sink_metric(&agent, "petrel_component_duplicates_skipped_total");
+    assert!(
+        dups >= r,
+        "every item answered 429 (yet indexed) came back 409 when sent again: {dups} of {r}"
+    );
+    assert!(sink_metric(&agent, "petrel_component_retried_events_total") >= r);
+    assert_eq!(
+        sink_metric(&agent, "petrel_component_sent_events_total") + dups,
+        N as f64,
+        "each line indexed once or found indexed"
+    );
+}
+
+#[test]
+fn a_data_stream_gets_every_event_once_even_when_the_file_is_read_again() {
+    const N: usize = 3_000;
+    let os = OpenSearch::start(&[]);
+    os.ok(
+        "PUT",
+        "/_index_template/petrel-logs",
+        r#"{"index_patterns":["logs-petrel-*"],"priority":10,"data_stream":{},"template":{"settings":{"number_of_replicas":0}}}"#,
+    );
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    append(&log, &numbered(0, N));
+    let sink = format!(
+        "    endpoints: [\"{}\"]\n    mode: data_stream\n    data_stream: {{ dataset: petrel, namespace: test }}\n",
+        os.url()
+    );
+    let cfg = write_config(dir.path(), "es", &es_config(&log, &sink));
+    let data = dir.path().join("data");
+    let mut agent = Agent::start(&cfg, &data);
+    assert_exactly(&os, "logs-petrel-test", N as u64, &data, &log);
+    agent.stop();
+    let ds = os.ok("GET", "/_data_stream/logs-petrel-test", "");
+    assert_eq!(ds["data_streams"][0]["name"], "logs-petrel-test", "{ds}");
+    // A new data directory forgets the offsets: the whole file is read
+    // and sent again, and every document is recognised by its id.
+    let data2 = dir.path().join("data2");
+    let agent = Agent::start(&cfg, &data2);
+    assert_exactly(&os, "logs-petrel-test", N as u64, &data2, &log);
+    wait_metric(
+        &agent,
+        "petrel_component_duplicates_skipped_total",
+        &[("component_type", "elasticsearch")],
+        N as f64,
+        false,
+    );
+    assert_eq!(
+        sink_metric(&agent, "petrel_component_sent_events_total"),
+        0.0
+    );
+    let (s, hit) = request(
+        os.port,
+        "POST",
+        "/logs-petrel-test/_search",
+        Some(r#"{"query":{"term":{"message.keyword":"line-0000042 petrel"}}}"#),
+    );
+    assert_eq!(s, 200, "{hit}");
+    let v: serde_json::Value = serde_json::from_str(&hit).unwrap_or_default();
+    let src = &v["hits"]["hits"][0]["_source"];
+    assert_eq!(src["file"], log.display().to_string(), "{v}");
+    assert!(src["@timestamp"].is_string(), "{v}");
+}

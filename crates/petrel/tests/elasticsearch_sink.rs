@@ -363,8 +363,10 @@ fn a_data_stream_gets_every_event_once_even_when_the_file_is_read_again() {
     let dir = tempdir();
     let log = dir.path().join("app.log");
     append(&log, &numbered(0, N));
+    // A first endpoint where nothing listens: it is skipped while it fails.
+    let dead = free_port();
     let sink = format!(
-        "    endpoints: [\"{}\"]\n    mode: data_stream\n    data_stream: {{ dataset: petrel, namespace: test }}\n",
+        "    endpoints: [\"http://127.0.0.1:{dead}\", \"{}\"]\n    mode: data_stream\n    data_stream: {{ dataset: petrel, namespace: test }}\n",
         os.url()
     );
     let cfg = write_config(dir.path(), "es", &es_config(&log, &sink));

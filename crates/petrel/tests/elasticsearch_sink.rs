@@ -111,7 +111,9 @@ fn kill_9_three_times_while_delivering_leaves_no_duplicate() {
 #[test]
 fn documents_refused_by_the_mapping_go_to_the_dead_letter_with_the_reason() {
     const N: usize = 20_000;
-    let os = OpenSearch::start(&[]);
+    // Requests of the default size (up to 5 MiB) are too large here: the
+    // sink must split them on 413.
+    let os = OpenSearch::start(&["http.max_content_length=256kb"]);
     os.ok(
         "PUT",
         "/typed",
@@ -180,6 +182,13 @@ fn documents_refused_by_the_mapping_go_to_the_dead_letter_with_the_reason() {
         sink_metric(&agent, "petrel_component_discarded_events_total"),
         bad.len() as f64
     );
+    assert!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[("error_type", "request_too_large")]
+        ) > 0.0,
+        "requests over http.max_content_length were answered 413 and split"
+    );
 }
 
 #[test]
@@ -224,20 +233,33 @@ fn a_server_stopped_for_30_s_mid_stream_loses_nothing() {
 /// A proxy in front of OpenSearch that answers 429 for every `every`-th
 /// successful bulk item (the document was in fact indexed, like a lost
 /// answer), so the sink must send those alone and meet its own ids.
-fn serve_429_proxy(upstream: u16, every: u64, rewritten: Arc<AtomicU64>) -> u16 {
+struct Proxy {
+    upstream: u16,
+    /// Every this many successful items is answered 429.
+    every: u64,
+    /// The `Authorization` header every request must carry (else 401).
+    auth: String,
+    /// The first this many requests are answered 401 whatever they carry.
+    deny_first: u64,
+    requests: AtomicU64,
+    seen: AtomicU64,
+    rewritten: AtomicU64,
+    unauthorized: AtomicU64,
+}
+
+fn serve_proxy(p: Arc<Proxy>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
     let port = l.local_addr().expect("addr").port();
     std::thread::spawn(move || {
-        let seen = Arc::new(AtomicU64::new(0));
         for conn in l.incoming().flatten() {
-            let (seen, rewritten) = (seen.clone(), rewritten.clone());
-            std::thread::spawn(move || proxy_conn(conn, upstream, every, &seen, &rewritten));
+            let p = p.clone();
+            std::thread::spawn(move || proxy_conn(conn, &p));
         }
     });
     port
 }
 
-fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewritten: &AtomicU64) {
+fn proxy_conn(conn: TcpStream, p: &Proxy) {
     let mut w = match conn.try_clone() {
         Ok(w) => w,
         Err(_) => return,
@@ -254,6 +276,7 @@ fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewr
             _ => return,
         };
         let mut len = 0usize;
+        let mut auth = String::new();
         loop {
             let mut h = String::new();
             if r.read_line(&mut h).unwrap_or(0) == 0 {
@@ -266,6 +289,9 @@ fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewr
                 if k.eq_ignore_ascii_case("content-length") {
                     len = v.trim().parse().unwrap_or(0);
                 }
+                if k.eq_ignore_ascii_case("authorization") {
+                    auth = v.trim().to_string();
+                }
             }
         }
         let mut body = vec![0u8; len];
@@ -273,8 +299,20 @@ fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewr
             return;
         }
         let body = String::from_utf8_lossy(&body).into_owned();
+        if p.requests.fetch_add(1, Ordering::SeqCst) < p.deny_first || auth != p.auth {
+            p.unauthorized.fetch_add(1, Ordering::SeqCst);
+            let text = r#"{"error":"unauthorized by the test proxy"}"#;
+            let resp = format!(
+                "HTTP/1.1 401 X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+                text.len()
+            );
+            if w.write_all(resp.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
         let (status, mut text) = request(
-            upstream,
+            p.upstream,
             &method,
             &path,
             (!body.is_empty()).then_some(body.as_str()),
@@ -290,13 +328,13 @@ fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewr
                         let ok = op["status"]
                             .as_u64()
                             .is_some_and(|s| (200..300).contains(&s));
-                        if ok && seen.fetch_add(1, Ordering::SeqCst) % every == 0 {
+                        if ok && p.seen.fetch_add(1, Ordering::SeqCst) % p.every == 0 {
                             op["status"] = 429.into();
                             op["error"] = serde_json::json!({
                                 "type": "es_rejected_execution_exception",
                                 "reason": "rejected by the test proxy"
                             });
-                            rewritten.fetch_add(1, Ordering::SeqCst);
+                            p.rewritten.fetch_add(1, Ordering::SeqCst);
                         }
                     }
                     v["errors"] = true.into();
@@ -315,11 +353,21 @@ fn proxy_conn(conn: TcpStream, upstream: u16, every: u64, seen: &AtomicU64, rewr
 }
 
 #[test]
-fn items_answered_429_are_sent_again_without_loss_or_duplicates() {
+fn items_answered_429_are_sent_again_without_loss_or_duplicates_and_401_holds_the_data() {
     const N: usize = 20_000;
     let os = OpenSearch::start(&[]);
-    let rewritten = Arc::new(AtomicU64::new(0));
-    let proxy = serve_429_proxy(os.port, 10, rewritten.clone());
+    // Basic auth of petrel:s3cret, the password from the environment.
+    let proxy_state = Arc::new(Proxy {
+        upstream: os.port,
+        every: 10,
+        auth: "Basic cGV0cmVsOnMzY3JldA==".into(),
+        deny_first: 3,
+        requests: AtomicU64::new(0),
+        seen: AtomicU64::new(0),
+        rewritten: AtomicU64::new(0),
+        unauthorized: AtomicU64::new(0),
+    });
+    let proxy = serve_proxy(proxy_state.clone());
     let dir = tempdir();
     let log = dir.path().join("app.log");
     append(&log, &numbered(0, N));
@@ -330,13 +378,28 @@ fn items_answered_429_are_sent_again_without_loss_or_duplicates() {
         &es_config(
             &log,
             &format!(
-                "    endpoints: [\"http://127.0.0.1:{proxy}\"]\n    index: throttled\n    mode: create\n    batch: {{ max_events: 1000, timeout_ms: 200 }}\n"
+                "    endpoints: [\"http://127.0.0.1:{proxy}\"]\n    index: throttled\n    mode: create\n    auth: {{ strategy: basic, user: petrel, password: \"${{ES_TEST_PASSWORD}}\" }}\n    batch: {{ max_events: 1000, timeout_ms: 200 }}\n"
             ),
         ),
     );
-    let agent = Agent::start(&cfg, &data);
+    let agent = Agent::start_with(
+        &cfg,
+        &data,
+        AgentOptions {
+            env: vec![("ES_TEST_PASSWORD".into(), "s3cret".into())],
+            ..Default::default()
+        },
+    );
     assert_exactly(&os, "throttled", N as u64, &data, &log);
-    let r = rewritten.load(Ordering::SeqCst) as f64;
+    // The first answers were 401: the data waited and was sent again.
+    assert_eq!(proxy_state.unauthorized.load(Ordering::SeqCst), 3);
+    assert!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[("error_type", "unauthorized")]
+        ) >= 3.0
+    );
+    let r = proxy_state.rewritten.load(Ordering::SeqCst) as f64;
     assert!(r >= (N / 10) as f64, "the proxy answered 429 {r} times");
     let dups = sink_metric(&agent, "petrel_component_duplicates_skipped_total");
     assert!(

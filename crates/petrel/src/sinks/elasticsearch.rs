@@ -877,6 +877,7 @@ impl ElasticsearchSink {
             return Answer::Retry(after);
         }
         if status == 413 {
+            self.metrics.error("request_too_large", 1);
             return Answer::TooLarge;
         }
         let text = answer_text(resp).await;

@@ -76,7 +76,7 @@ pub fn encode_batch(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonShape<'a> {
     /// Key of the parsed event time (`timestamp`; `@timestamp` for
-    /// Elasticsearch).
+    /// Elasticsearch); written as it is, so it must need no JSON escaping.
     pub time_key: &'a str,
     /// Time written for events without a parsed time; `None` writes no
     /// time for them.
@@ -129,9 +129,11 @@ pub fn write_event_json(
     }
     let time = ev.time_ns.or(shape.default_time_ns);
     if let Some(ns) = time {
-        out.push(b',');
-        write_json_str(out, shape.time_key);
-        out.extend_from_slice(b":\"");
+        // The key is a fixed name without characters to escape: copied,
+        // not escaped, once per event.
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(shape.time_key.as_bytes());
+        out.extend_from_slice(b"\":\"");
         write_rfc3339(ns, out);
         out.push(b'"');
     }

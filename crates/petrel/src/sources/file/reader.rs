@@ -889,4 +889,58 @@ mod tests {
         assert_eq!(r.read_turn(&ctx, 4), Turn::Backoff);
         assert_eq!(r.retry_backoff, MIN_RETRY_BACKOFF * 2);
     }
+
+    /// (stream, offset, line) of every event `path` gives when read from
+    /// `offset` in blocks of `block` bytes.
+    fn positions(path: &std::path::Path, offset: u64, block: usize) -> Vec<(u128, u64, String)> {
+        let file = File::open(path).unwrap();
+        let meta = file.metadata().unwrap();
+        let fp = Fingerprint::read(&file, meta.len()).unwrap();
+        let mut r = FileReader::open(
+            path.into(),
+            offset,
+            fp,
+            file,
+            FileId::of(&meta),
+            Arc::new([]),
+        );
+        let out = Arc::new(Collect::default());
+        let mut ctx = context(out.clone());
+        ctx.block_bytes = block;
+        while r.read_turn(&ctx, 4) == Turn::More {}
+        let batches = out.0.lock();
+        let mut v = Vec::new();
+        for b in batches.iter() {
+            for ev in &b.events {
+                let (stream, at) = b.event_origin(ev).expect("file batches carry an origin");
+                let line = String::from_utf8_lossy(b.bytes_of(&ev.message).unwrap()).into_owned();
+                v.push((stream, at, line));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn events_keep_their_file_offsets_however_the_reads_are_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        let text: String = (0..500)
+            .map(|i| format!("line {i} {}\n", "x".repeat(i % 37)))
+            .collect();
+        std::fs::write(&path, &text).unwrap();
+        let whole = positions(&path, 0, 4096);
+        assert_eq!(whole.len(), 500);
+        let mut at = 0u64;
+        for (i, (_, off, line)) in whole.iter().enumerate() {
+            assert_eq!(*off, at, "line {i} starts at its file offset");
+            at += line.len() as u64 + 1;
+        }
+        // Read again from a committed offset (a restart) in other blocks.
+        let from = whole[200].1;
+        let again = positions(&path, from, 777);
+        assert_eq!(again[..], whole[200..]);
+        // The same inode rewritten with another first line is a new stream.
+        std::fs::write(&path, text.replacen("line 0", "LINE 0", 1)).unwrap();
+        assert_ne!(positions(&path, 0, 4096)[0].0, whole[0].0);
+    }
 }

@@ -175,7 +175,7 @@ impl SourceInfo {
 /// Where a batch's buffer sits in a stream whose byte positions survive
 /// restarts (a file, a spool segment), so that sinks can give each event an
 /// id that is the same every time the event is read again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     /// Identity of the stream, stable across restarts, reloads and
     /// rotation, and different for different content at the same place
@@ -183,6 +183,15 @@ pub struct Origin {
     pub stream: u128,
     /// Stream position of the buffer's first byte.
     pub base: u64,
+    /// For buffers that are not the stream's bytes themselves (messages
+    /// decoded from a container runtime's records): for each message, in
+    /// buffer order, its buffer position, the stream position (from
+    /// `base`) it stands for, and a tag mixed into the stream identity
+    /// (the record's stdout/stderr: records of both interleave, so their
+    /// positions may overlap). A position inside a message maps to the
+    /// same distance from its start. `None`: the buffer is the stream's
+    /// bytes from `base` on.
+    pub starts: Option<Arc<[(u32, u32, u8)]>>,
 }
 
 /// Events sharing one read buffer, flowing through a pipeline together.
@@ -229,7 +238,7 @@ impl EventBatch {
     /// origin or no value of the event comes from the buffer any more
     /// (a masked message and nothing else).
     pub fn event_origin(&self, ev: &Event) -> Option<(u128, u64)> {
-        let o = self.origin?;
+        let o = self.origin.as_ref()?;
         let mut low = match &ev.message {
             Value::Span(s) => Some(s.start),
             _ => None,
@@ -239,7 +248,18 @@ impl EventBatch {
                 low = Some(low.map_or(s.start, |l| l.min(s.start)));
             }
         }
-        low.map(|l| (o.stream, o.base + l as u64))
+        let low = low?;
+        match &o.starts {
+            None => Some((o.stream, o.base + low as u64)),
+            Some(map) => {
+                let i = map.partition_point(|&(s, _, _)| s <= low).checked_sub(1)?;
+                let (start, pos, tag) = map[i];
+                Some((
+                    o.stream ^ tag as u128,
+                    o.base + pos as u64 + (low - start) as u64,
+                ))
+            }
+        }
     }
 
     /// Bytes of field `name` of `ev`, counting the batch's source
@@ -301,6 +321,7 @@ mod tests {
         b.origin = Some(Origin {
             stream: 7,
             base: 1000,
+            starts: None,
         });
         assert_eq!(b.event_origin(&second), Some((7, 1006)));
         // A parser put the message on a later span, a mask replaced it:
@@ -310,5 +331,14 @@ mod tests {
         assert_eq!(b.event_origin(&first), Some((7, 1003)));
         first.fields.clear();
         assert_eq!(b.event_origin(&first), None);
+        // Decoded messages: buffer 0 stands for stream 40, buffer 6 for 90.
+        b.origin = Some(Origin {
+            stream: 7,
+            base: 1000,
+            starts: Some(Arc::from(vec![(0, 40, 0), (6, 90, 2)])),
+        });
+        assert_eq!(b.event_origin(&second), Some((7 ^ 2, 1090)));
+        let inner = Event::from_span(Span::new(3, 2));
+        assert_eq!(b.event_origin(&inner), Some((7, 1043)));
     }
 }

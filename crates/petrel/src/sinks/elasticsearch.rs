@@ -1158,6 +1158,7 @@ mod tests {
         b.origin = Some(Origin {
             stream: 42,
             base: 1000,
+            starts: None,
         });
         let mut out = Encoded::default();
         s.encode(&b, &mut out);
@@ -1177,6 +1178,7 @@ mod tests {
         again.origin = Some(Origin {
             stream: 42,
             base: 998,
+            starts: None,
         });
         again.events.push(Event::from_span(Span::new(2, 10)));
         let mut out = Encoded::default();
@@ -1188,7 +1190,11 @@ mod tests {
     fn modes_and_id_choices() {
         let s = sink("endpoints: [\"http://127.0.0.1:9\"]\nmode: data_stream\ndata_stream: { dataset: app }\nid: none");
         let mut b = batch();
-        b.origin = Some(Origin { stream: 1, base: 0 });
+        b.origin = Some(Origin {
+            stream: 1,
+            base: 0,
+            starts: None,
+        });
         let mut out = Encoded::default();
         s.encode(&b, &mut out);
         let l = lines(&out);

@@ -550,7 +550,21 @@ impl FileReader {
             events.push(ev);
         }
         charge.shrink_to(ctx.budget.reservation(out.capacity()));
-        self.emit_by_stream(ctx, out, start_offset, used, charge, events, &streams);
+        let origin = self.origin_stream().map(|stream| Origin {
+            stream,
+            base: start_offset,
+            starts: Some(message_positions(&msgs)),
+        });
+        self.emit_by_stream(
+            ctx,
+            out,
+            start_offset,
+            used,
+            charge,
+            events,
+            &streams,
+            origin,
+        );
         used
     }
 
@@ -569,6 +583,7 @@ impl FileReader {
         mut charge: petrel_core::MemoryCharge,
         events: Vec<Event>,
         streams: &[Stream],
+        origin: Option<Origin>,
     ) {
         let buf = Bytes::from(out);
         let total = streams.len().max(1);
@@ -589,7 +604,16 @@ impl FileReader {
                 (charge.split(charge.bytes() * run / total), start_offset, 0)
             };
             let source = self.stream_source(stream);
-            self.emit_batch(ctx, buf.clone(), source, run_events, end, len, part, None);
+            self.emit_batch(
+                ctx,
+                buf.clone(),
+                source,
+                run_events,
+                end,
+                len,
+                part,
+                origin.clone(),
+            );
             if last {
                 break;
             }
@@ -746,11 +770,11 @@ impl FileReader {
         }
         let end = start_offset + len as u64;
         let source = self.source.clone();
-        // Only here is the buffer the file's own bytes (decoded container
-        // logs are rewritten), so only here are positions file offsets.
+        // The buffer is the file's own bytes: positions are file offsets.
         let origin = self.origin_stream().map(|stream| Origin {
             stream,
             base: start_offset,
+            starts: None,
         });
         self.emit_batch(
             ctx,
@@ -815,6 +839,33 @@ impl FileReader {
         ctx.sent_bytes.inc_by(len as u64);
         ctx.emitter.emit(batch);
     }
+}
+
+/// Where each decoded message stands in the raw read: its first record,
+/// plus, for the pieces of a message cut at `max_merged_line_bytes`
+/// (consecutive, all from the same first record), the length of the pieces
+/// before it. A message is never longer than its records, so positions
+/// within one stdout (or stderr) message never reach the next message of
+/// that stream; the record's stream is the tag, since records of the two
+/// streams interleave.
+fn message_positions(msgs: &[super::decode::DecodedMsg]) -> Arc<[(u32, u32, u8)]> {
+    let mut v = Vec::with_capacity(msgs.len());
+    let mut prev: Option<&super::decode::DecodedMsg> = None;
+    let mut rel = 0usize;
+    for m in msgs {
+        rel = match prev {
+            Some(p) if p.raw_start == m.raw_start && p.stream == m.stream => rel + p.len,
+            _ => 0,
+        };
+        let tag = match m.stream {
+            Stream::None => 0,
+            Stream::Stdout => 1,
+            Stream::Stderr => 2,
+        };
+        v.push((m.start as u32, (m.raw_start + rel) as u32, tag));
+        prev = Some(m);
+    }
+    v.into()
 }
 
 #[cfg(test)]
@@ -893,6 +944,15 @@ mod tests {
     /// (stream, offset, line) of every event `path` gives when read from
     /// `offset` in blocks of `block` bytes.
     fn positions(path: &std::path::Path, offset: u64, block: usize) -> Vec<(u128, u64, String)> {
+        positions_with(path, offset, block, None)
+    }
+
+    fn positions_with(
+        path: &std::path::Path,
+        offset: u64,
+        block: usize,
+        decoder: Option<Box<dyn LineDecoder>>,
+    ) -> Vec<(u128, u64, String)> {
         let file = File::open(path).unwrap();
         let meta = file.metadata().unwrap();
         let fp = Fingerprint::read(&file, meta.len()).unwrap();
@@ -903,7 +963,8 @@ mod tests {
             file,
             FileId::of(&meta),
             Arc::new([]),
-        );
+        )
+        .with_decoder(decoder);
         let out = Arc::new(Collect::default());
         let mut ctx = context(out.clone());
         ctx.block_bytes = block;
@@ -942,5 +1003,53 @@ mod tests {
         // The same inode rewritten with another first line is a new stream.
         std::fs::write(&path, text.replacen("line 0", "LINE 0", 1)).unwrap();
         assert_ne!(positions(&path, 0, 4096)[0].0, whole[0].0);
+    }
+
+    #[test]
+    fn decoded_container_messages_get_distinct_positions_that_survive_a_re_read() {
+        use crate::sources::kubernetes::format::{ContainerDecoder, FormatCounters, Streams};
+        let decoder = || -> Option<Box<dyn LineDecoder>> {
+            let streams = Streams {
+                stdout: true,
+                stderr: true,
+            };
+            // Merged messages are cut into pieces of 12 bytes.
+            Some(Box::new(ContainerDecoder::new(
+                12,
+                streams,
+                FormatCounters::default(),
+            )))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.log");
+        let mut text = String::new();
+        let mut resume = Vec::new();
+        for i in 0..200 {
+            // A stdout line in two partial records with a stderr record
+            // between them, then a whole stdout record.
+            let t = format!("2024-01-01T00:00:{:02}.{i:09}Z", i % 60);
+            text.push_str(&format!("{t} stdout P first half {i} and \n"));
+            text.push_str(&format!("{t} stderr F error {i}\n"));
+            text.push_str(&format!("{t} stdout F second half {i}\n"));
+            resume.push(text.len() as u64);
+            text.push_str(&format!("{t} stdout F whole {i}\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let whole = positions_with(&path, 0, 4096, decoder());
+        assert!(whole.len() > 600, "{} messages", whole.len());
+        let ids: std::collections::HashSet<(u128, u64)> =
+            whole.iter().map(|(s, o, _)| (*s, *o)).collect();
+        assert_eq!(ids.len(), whole.len(), "every message has its own position");
+        let cut = positions_with(&path, 0, 1000, decoder());
+        assert_eq!(cut, whole, "the same positions whatever the block size");
+        // A restart at a committed record boundary.
+        let from = resume[120];
+        let again = positions_with(&path, from, 333, decoder());
+        let tail: Vec<_> = whole
+            .iter()
+            .filter(|(_, o, _)| *o >= from)
+            .cloned()
+            .collect();
+        assert_eq!(again, tail);
     }
 }

@@ -78,16 +78,17 @@ pub struct JsonShape<'a> {
     /// Key of the parsed event time (`timestamp`; `@timestamp` for
     /// Elasticsearch); written as it is, so it must need no JSON escaping.
     pub time_key: &'a str,
-    /// Time written for events without a parsed time; `None` writes no
-    /// time for them.
-    pub default_time_ns: Option<i64>,
+    /// Time written for events without a parsed time, already in RFC 3339
+    /// (rendered once per batch, not per event); `None` writes no time
+    /// for them.
+    pub default_time: Option<&'a [u8]>,
 }
 
 impl JsonShape<'static> {
     /// The `ndjson` encoding's shape.
     pub const NDJSON: Self = Self {
         time_key: "timestamp",
-        default_time_ns: None,
+        default_time: None,
     };
 }
 
@@ -127,18 +128,22 @@ pub fn write_event_json(
             write_json_bytes(v.as_bytes(), out, stats);
         }
     }
-    let time = ev.time_ns.or(shape.default_time_ns);
-    if let Some(ns) = time {
+    let has_time = ev.time_ns.is_some() || shape.default_time.is_some();
+    if has_time {
         // The key is a fixed name without characters to escape: copied,
         // not escaped, once per event.
         out.extend_from_slice(b",\"");
         out.extend_from_slice(shape.time_key.as_bytes());
         out.extend_from_slice(b"\":\"");
-        write_rfc3339(ns, out);
+        match (ev.time_ns, shape.default_time) {
+            (Some(ns), _) => write_rfc3339(ns, out),
+            (None, Some(text)) => out.extend_from_slice(text),
+            (None, None) => {}
+        }
         out.push(b'"');
     }
     for (k, v) in &ev.fields {
-        if k == "file" || (time.is_some() && k == shape.time_key) {
+        if k == "file" || (has_time && k == shape.time_key) {
             continue;
         }
         out.push(b',');

@@ -153,6 +153,12 @@ impl IndexName {
         Some(Self { template })
     }
 
+    /// True when the name has no `{{ field }}` (it depends on the time
+    /// only).
+    fn is_static(&self) -> bool {
+        self.template.as_static().is_some()
+    }
+
     /// Renders the name for `ev` at time `ns` into `out`; false when a
     /// template field is missing (it renders as nothing).
     fn render(
@@ -613,10 +619,18 @@ impl Sink for ElasticsearchSink {
         // encoded, for `@timestamp` (data streams require one) and the
         // index date.
         let now = now_ns();
+        let mut now_text = Vec::with_capacity(32);
+        petrel_time::write_rfc3339(now, &mut now_text);
         let shape = JsonShape {
             time_key: "@timestamp",
-            default_time_ns: Some(now),
+            default_time: Some(&now_text),
         };
+        // A name without fields depends only on the time, to the second:
+        // rendered and escaped once per second that occurs in the batch
+        // rather than once per event (most events share one).
+        let static_index = self.config.index.is_static();
+        let mut index_json: Vec<u8> = Vec::new();
+        let mut index_second: Option<i64> = None;
         let op: &[u8] = match self.config.mode {
             Mode::Index => b"{\"index\":{\"_index\":",
             Mode::Create | Mode::DataStream => b"{\"create\":{\"_index\":",
@@ -628,11 +642,17 @@ impl Sink for ElasticsearchSink {
         let bytes = &mut out.bytes;
         for ev in &batch.events {
             let t = ev.time_ns.unwrap_or(now);
-            if !self.config.index.render(ev, batch, t, &mut index) {
-                missing += 1;
+            let second = t.div_euclid(1_000_000_000);
+            if !static_index || index_second != Some(second) {
+                if !self.config.index.render(ev, batch, t, &mut index) {
+                    missing += 1;
+                }
+                index_json.clear();
+                write_json_str(&mut index_json, &index);
+                index_second = Some(second);
             }
             bytes.extend_from_slice(op);
-            write_json_str(bytes, &index);
+            bytes.extend_from_slice(&index_json);
             match &self.config.id {
                 DocId::Auto => {
                     if let Some((stream, offset)) = batch.event_origin(ev) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs every test: formatting, lints, unit
 # tests, and end-to-end tests against the real binary, a real Apache Kafka
-# broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh)
-# and real HTTP servers, util-linux logger and openssl as syslog/TLS
+# broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh),
+# a real OpenSearch 2.19.6 node (built from Maven Central into .cache/ by
+# scripts/opensearch.sh) and real HTTP servers, util-linux logger and openssl as syslog/TLS
 # clients, a real Apache httpd driven by ab (seed 004), private containerd
 # and Docker daemons from the distribution's packages (container logs and
 # metadata, scripts/cri-lab.sh and docker-lab.sh), all on 127.0.0.1;
@@ -22,6 +23,20 @@ echo "== containerd, runc and Docker from the distribution, local busybox and pa
 ./scripts/docker-lab.sh setup
 echo "== fetch the Kafka broker used by the tests"
 ./scripts/fetch-kafka.sh
+echo "== build the OpenSearch node used by the elasticsearch sink tests (Java 17, Maven)"
+# OpenSearch 2.19 runs on Java 17 (nothing newer is taken).
+need=()
+java -version 2>&1 | grep -q 'version "17' || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
+if ((${#need[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "the elasticsearch sink tests need ${need[*]}; run as root or install them" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+./scripts/opensearch.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -3,7 +3,7 @@
 
 use serde_json::ser::{CompactFormatter, Formatter};
 
-use crate::event::{EventBatch, Key, Value};
+use crate::event::{Event, EventBatch, Key, Value};
 use petrel_time::write_rfc3339;
 
 /// How a sink turns events into bytes.
@@ -59,48 +59,9 @@ pub fn encode_batch(
             }
         }
         Encoding::Ndjson => {
-            let file = batch.source.path.as_bytes();
-            let meta = &batch.source.meta[..];
             for ev in &batch.events {
-                out.extend_from_slice(b"{\"message\":");
-                write_json_value(batch, &ev.message, out, &mut stats);
-                // A `file` field set by a processor takes the place of the
-                // source path; a parsed event time that of a `timestamp`
-                // field. Each key is written once.
-                match ev.fields.iter().find(|(k, _)| k == "file") {
-                    Some((_, v)) => {
-                        out.extend_from_slice(b",\"file\":");
-                        write_json_value(batch, v, out, &mut stats);
-                    }
-                    None if !file.is_empty() => {
-                        out.extend_from_slice(b",\"file\":");
-                        write_json_bytes(file, out, &mut stats);
-                    }
-                    None => {}
-                }
-                for (k, v) in meta {
-                    if !ev.fields.iter().any(|(f, _)| f == k) {
-                        out.push(b',');
-                        write_json_key(k, out);
-                        out.push(b':');
-                        write_json_bytes(v.as_bytes(), out, &mut stats);
-                    }
-                }
-                if let Some(ns) = ev.time_ns {
-                    out.extend_from_slice(b",\"timestamp\":\"");
-                    write_rfc3339(ns, out);
-                    out.push(b'"');
-                }
-                for (k, v) in &ev.fields {
-                    if k == "file" || (k == "timestamp" && ev.time_ns.is_some()) {
-                        continue;
-                    }
-                    out.push(b',');
-                    write_json_key(k, out);
-                    out.push(b':');
-                    write_json_value(batch, v, out, &mut stats);
-                }
-                out.extend_from_slice(b"}\n");
+                write_event_json(batch, ev, JsonShape::NDJSON, out, &mut stats);
+                out.push(b'\n');
                 if let Some(ends) = record_ends.as_deref_mut() {
                     ends.push(out.len() as u32);
                 }
@@ -108,6 +69,89 @@ pub fn encode_batch(
         }
     }
     stats
+}
+
+/// How [`write_event_json`] lays out the fields that are not plain event
+/// fields, for sinks whose destination expects other names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonShape<'a> {
+    /// Key of the parsed event time (`timestamp`; `@timestamp` for
+    /// Elasticsearch); written as it is, so it must need no JSON escaping.
+    pub time_key: &'a str,
+    /// Time written for events without a parsed time, already in RFC 3339
+    /// (rendered once per batch, not per event); `None` writes no time
+    /// for them.
+    pub default_time: Option<&'a [u8]>,
+}
+
+impl JsonShape<'static> {
+    /// The `ndjson` encoding's shape.
+    pub const NDJSON: Self = Self {
+        time_key: "timestamp",
+        default_time: None,
+    };
+}
+
+/// Appends the JSON object of one event (no newline): the message, the
+/// `file` and metadata fields of its batch, its time, then its fields.
+/// The one writer behind every JSON encoding of events.
+#[inline]
+pub fn write_event_json(
+    batch: &EventBatch,
+    ev: &Event,
+    shape: JsonShape<'_>,
+    out: &mut Vec<u8>,
+    stats: &mut EncodeStats,
+) {
+    let file = batch.source.path.as_bytes();
+    out.extend_from_slice(b"{\"message\":");
+    write_json_value(batch, &ev.message, out, stats);
+    // A `file` field set by a processor takes the place of the source
+    // path; a parsed event time that of a field named like the time key.
+    // Each key is written once.
+    match ev.fields.iter().find(|(k, _)| k == "file") {
+        Some((_, v)) => {
+            out.extend_from_slice(b",\"file\":");
+            write_json_value(batch, v, out, stats);
+        }
+        None if !file.is_empty() => {
+            out.extend_from_slice(b",\"file\":");
+            write_json_bytes(file, out, stats);
+        }
+        None => {}
+    }
+    for (k, v) in &batch.source.meta[..] {
+        if !ev.fields.iter().any(|(f, _)| f == k) {
+            out.push(b',');
+            write_json_key(k, out);
+            out.push(b':');
+            write_json_bytes(v.as_bytes(), out, stats);
+        }
+    }
+    let has_time = ev.time_ns.is_some() || shape.default_time.is_some();
+    if has_time {
+        // The key is a fixed name without characters to escape: copied,
+        // not escaped, once per event.
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(shape.time_key.as_bytes());
+        out.extend_from_slice(b"\":\"");
+        match (ev.time_ns, shape.default_time) {
+            (Some(ns), _) => write_rfc3339(ns, out),
+            (None, Some(text)) => out.extend_from_slice(text),
+            (None, None) => {}
+        }
+        out.push(b'"');
+    }
+    for (k, v) in &ev.fields {
+        if k == "file" || (has_time && k == shape.time_key) {
+            continue;
+        }
+        out.push(b',');
+        write_json_key(k, out);
+        out.push(b':');
+        write_json_value(batch, v, out, stats);
+    }
+    out.push(b'}');
 }
 
 /// Text encoding without record boundaries: consecutive lines that sit next
@@ -226,7 +270,7 @@ pub fn write_json_value(batch: &EventBatch, v: &Value, out: &mut Vec<u8>, stats:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Event, SourceInfo, Span};
+    use crate::event::{SourceInfo, Span};
     use bytes::Bytes;
     use std::sync::Arc;
 

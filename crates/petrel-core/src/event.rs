@@ -172,6 +172,28 @@ impl SourceInfo {
     }
 }
 
+/// Where a batch's buffer sits in a stream whose byte positions survive
+/// restarts (a file, a spool segment), so that sinks can give each event an
+/// id that is the same every time the event is read again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// Identity of the stream, stable across restarts, reloads and
+    /// rotation, and different for different content at the same place
+    /// (a reused inode).
+    pub stream: u128,
+    /// Stream position of the buffer's first byte.
+    pub base: u64,
+    /// For buffers that are not the stream's bytes themselves (messages
+    /// decoded from a container runtime's records): for each message, in
+    /// buffer order, its buffer position, the stream position (from
+    /// `base`) it stands for, and a tag mixed into the stream identity
+    /// (the record's stdout/stderr: records of both interleave, so their
+    /// positions may overlap). A position inside a message maps to the
+    /// same distance from its start. `None`: the buffer is the stream's
+    /// bytes from `base` on.
+    pub starts: Option<Arc<[(u32, u32, u8)]>>,
+}
+
 /// Events sharing one read buffer, flowing through a pipeline together.
 pub struct EventBatch {
     /// The buffer all [`Value::Span`]s point into.
@@ -186,6 +208,10 @@ pub struct EventBatch {
     pub ack: Option<AckPart>,
     /// Memory held by the buffer; released when the batch is dropped.
     pub charge: MemoryCharge,
+    /// Where `buf` sits in its stream, set only by sources whose positions
+    /// are stable; events carry no position of their own (see
+    /// [`EventBatch::event_origin`]).
+    pub origin: Option<Origin>,
 }
 
 impl EventBatch {
@@ -198,6 +224,41 @@ impl EventBatch {
             input_bytes: 0,
             ack: None,
             charge: MemoryCharge::none(),
+            origin: None,
+        }
+    }
+
+    /// The stream and stream position `ev` came from, when the batch has an
+    /// [`Origin`]: the lowest buffer position among the event's message and
+    /// top-level fields that still point into the buffer. Every such span
+    /// lies within the event's own line(s), lines do not overlap, and
+    /// processors are deterministic, so reading the same bytes again gives
+    /// the same position, however the reads were cut into batches and
+    /// whichever events a filter dropped. `None` when the batch has no
+    /// origin or no value of the event comes from the buffer any more
+    /// (a masked message and nothing else).
+    pub fn event_origin(&self, ev: &Event) -> Option<(u128, u64)> {
+        let o = self.origin.as_ref()?;
+        let mut low = match &ev.message {
+            Value::Span(s) => Some(s.start),
+            _ => None,
+        };
+        for (_, v) in &ev.fields {
+            if let Value::Span(s) = v {
+                low = Some(low.map_or(s.start, |l| l.min(s.start)));
+            }
+        }
+        let low = low?;
+        match &o.starts {
+            None => Some((o.stream, o.base + low as u64)),
+            Some(map) => {
+                let i = map.partition_point(|&(s, _, _)| s <= low).checked_sub(1)?;
+                let (start, pos, tag) = map[i];
+                Some((
+                    o.stream ^ tag as u128,
+                    o.base + pos as u64 + (low - start) as u64,
+                ))
+            }
         }
     }
 
@@ -249,5 +310,35 @@ mod tests {
         assert!(e.get("a").is_none());
         e.set("message".into(), Value::Str("x".into()));
         assert_eq!(e.message, Value::Str("x".into()));
+    }
+
+    #[test]
+    fn event_origin_is_the_lowest_span_and_survives_a_replaced_message() {
+        let mut b = EventBatch::new(Bytes::from_static(b"ab cd\nef\n"), Arc::default());
+        let mut first = Event::from_span(Span::new(0, 5));
+        let second = Event::from_span(Span::new(6, 2));
+        assert_eq!(b.event_origin(&first), None, "no origin, no position");
+        b.origin = Some(Origin {
+            stream: 7,
+            base: 1000,
+            starts: None,
+        });
+        assert_eq!(b.event_origin(&second), Some((7, 1006)));
+        // A parser put the message on a later span, a mask replaced it:
+        // the other fields still place the event.
+        first.set("word".into(), Value::Span(Span::new(3, 2)));
+        first.message = Value::Str("masked".into());
+        assert_eq!(b.event_origin(&first), Some((7, 1003)));
+        first.fields.clear();
+        assert_eq!(b.event_origin(&first), None);
+        // Decoded messages: buffer 0 stands for stream 40, buffer 6 for 90.
+        b.origin = Some(Origin {
+            stream: 7,
+            base: 1000,
+            starts: Some(Arc::from(vec![(0, 40, 0), (6, 90, 2)])),
+        });
+        assert_eq!(b.event_origin(&second), Some((7 ^ 2, 1090)));
+        let inner = Event::from_span(Span::new(3, 2));
+        assert_eq!(b.event_origin(&inner), Some((7, 1043)));
     }
 }

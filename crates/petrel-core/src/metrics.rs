@@ -61,6 +61,7 @@ pub struct Metrics {
     /// Times a reader paused because its memory budget was full.
     pub backpressure_pauses: Family<Labels, Counter>,
     retried_events: Family<Labels, Counter>,
+    duplicates_skipped: Family<Labels, Counter>,
     in_flight: Family<Labels, Gauge>,
     window: Family<Labels, Gauge>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
@@ -138,6 +139,7 @@ impl Metrics {
             memory_limit: Gauge::default(),
             backpressure_pauses: Family::default(),
             retried_events: Family::default(),
+            duplicates_skipped: Family::default(),
             in_flight: Family::default(),
             window: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
@@ -253,6 +255,11 @@ impl Metrics {
             m.retried_events.clone(),
         );
         r.register(
+            "component_duplicates_skipped",
+            "Events a sink found already delivered (a copy sent again after a crash or a lost answer) and did not write twice",
+            m.duplicates_skipped.clone(),
+        );
+        r.register(
             "component_in_flight_batches",
             "Batches a sink is delivering now",
             m.in_flight.clone(),
@@ -358,6 +365,14 @@ impl ComponentMetrics {
             window: m.window.get_or_create(&self.labels).clone(),
             latency: m.latency.get_or_create(&self.labels).clone(),
         }
+    }
+
+    /// The counter of events this sink found already delivered.
+    pub fn duplicates_skipped(&self) -> Counter {
+        self.metrics
+            .duplicates_skipped
+            .get_or_create(&self.labels)
+            .clone()
     }
 
     /// The key of this component in [`Health`]: `pipeline/kind/id`.

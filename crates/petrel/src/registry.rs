@@ -36,6 +36,8 @@ pub static SINKS: &[&SinkPlugin] = &[
     &sinks::blackhole::PLUGIN,
     &sinks::kafka::PLUGIN,
     &sinks::http::PLUGIN,
+    #[cfg(feature = "elasticsearch")]
+    &sinks::elasticsearch::PLUGIN,
 ];
 
 /// Type names of `plugins`, for messages.

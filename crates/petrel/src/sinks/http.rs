@@ -223,21 +223,21 @@ impl HttpSink {
 /// the acknowledgements it completes. A source batch split over several
 /// requests is acknowledged through a part that each of its requests
 /// holds.
-struct Request {
-    body: Vec<u8>,
+pub(super) struct Request {
+    pub(super) body: Vec<u8>,
     /// Each record's JSON text in `body` (without separator or newline).
-    records: Vec<std::ops::Range<usize>>,
+    pub(super) records: Vec<std::ops::Range<usize>>,
     events: u64,
-    acks: RequestAcks,
+    pub(super) acks: RequestAcks,
 }
 
 /// The acknowledgements a request holds. Unless the request marks itself
 /// delivered, dropping it (an error, a cancelled or panicking task) marks
 /// every payload it carries as failed: undelivered data is never reported
 /// as delivered.
-struct RequestAcks {
+pub(super) struct RequestAcks {
     acks: Vec<Arc<SharedAck>>,
-    delivered: bool,
+    pub(super) delivered: bool,
 }
 
 impl Drop for RequestAcks {
@@ -288,7 +288,11 @@ impl Sink for HttpSink {
             let window = Window::new(2, self.config.max_in_flight, dm.clone());
             let mut tasks = tokio::task::JoinSet::new();
             let mut open = true;
-            let mut builder = Builder::new(&self.config);
+            let mut builder = Builder::new(
+                self.config.encoding,
+                self.config.max_bytes,
+                self.config.max_events,
+            );
             while open || !builder.is_empty() {
                 // Wait for more data, but no longer than the linger time of
                 // the oldest event waiting.
@@ -323,7 +327,7 @@ impl Sink for HttpSink {
 }
 
 /// Gathers payloads into requests.
-struct Builder {
+pub(super) struct Builder {
     encoding: BodyEncoding,
     max_bytes: usize,
     max_events: usize,
@@ -335,11 +339,11 @@ struct Builder {
 }
 
 impl Builder {
-    fn new(c: &HttpSinkConfig) -> Self {
+    pub(super) fn new(encoding: BodyEncoding, max_bytes: usize, max_events: usize) -> Self {
         Self {
-            encoding: c.encoding,
-            max_bytes: c.max_bytes,
-            max_events: c.max_events,
+            encoding,
+            max_bytes,
+            max_events,
             queue: Default::default(),
             bytes: 0,
             events: 0,
@@ -347,15 +351,15 @@ impl Builder {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
 
-    fn deadline(&self, linger: Duration) -> Option<Instant> {
+    pub(super) fn deadline(&self, linger: Duration) -> Option<Instant> {
         self.since.map(|s| s + linger)
     }
 
-    fn push(&mut self, mut p: Payload) {
+    pub(super) fn push(&mut self, mut p: Payload) {
         let ack = std::mem::replace(&mut p.ack, AckPart::detached());
         let charge = std::mem::take(&mut p.charge);
         if p.data.record_ends.is_empty() {
@@ -375,7 +379,7 @@ impl Builder {
     }
 
     /// The next request if one is full, or any waiting data when `all`.
-    fn take(&mut self, all: bool) -> Option<Request> {
+    pub(super) fn take(&mut self, all: bool) -> Option<Request> {
         if self.queue.is_empty()
             || (!all && self.bytes < self.max_bytes && self.events < self.max_events)
         {
@@ -562,29 +566,14 @@ impl HttpSink {
         status: u16,
         answer: &str,
     ) -> std::io::Result<()> {
-        use std::io::Write;
-        let record = serde_json::from_slice::<serde_json::Value>(record).unwrap_or_else(|_| {
-            serde_json::Value::String(String::from_utf8_lossy(record).into_owned())
-        });
-        let mut line = serde_json::json!({
-            "reason": "refused by the endpoint",
-            "status": status,
-            "answer": answer,
-            "sink": self.metrics.health_key(),
-            "url": self.config.url.as_str(),
-            "record": record,
-        })
-        .to_string();
-        line.push('\n');
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        f.write_all(line.as_bytes())?;
-        f.sync_data()
+        write_dead_letter(
+            path,
+            record,
+            status,
+            answer,
+            self.metrics.health_key(),
+            self.config.url.as_str(),
+        )
     }
 
     async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
@@ -677,7 +666,43 @@ impl HttpSink {
     }
 }
 
-fn compress(c: Compression, body: &[u8]) -> std::io::Result<Vec<u8>> {
+/// Appends one record a destination refused to the dead-letter file
+/// `path`, with the status and answer: one JSON object per line, the same
+/// shape for every sink that sets records aside.
+pub(super) fn write_dead_letter(
+    path: &std::path::Path,
+    record: &[u8],
+    status: u16,
+    answer: &str,
+    sink: &str,
+    url: &str,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let record = serde_json::from_slice::<serde_json::Value>(record).unwrap_or_else(|_| {
+        serde_json::Value::String(String::from_utf8_lossy(record).into_owned())
+    });
+    let mut line = serde_json::json!({
+        "reason": "refused by the endpoint",
+        "status": status,
+        "answer": answer,
+        "sink": sink,
+        "url": url,
+        "record": record,
+    })
+    .to_string();
+    line.push('\n');
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(line.as_bytes())?;
+    f.sync_data()
+}
+
+pub(super) fn compress(c: Compression, body: &[u8]) -> std::io::Result<Vec<u8>> {
     use std::io::Write;
     match c {
         Compression::None => Ok(body.to_vec()),

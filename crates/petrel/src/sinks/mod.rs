@@ -6,6 +6,8 @@
 
 pub mod blackhole;
 pub mod congestion;
+#[cfg(feature = "elasticsearch")]
+pub mod elasticsearch;
 pub mod file;
 pub mod http;
 pub mod kafka;

@@ -59,20 +59,42 @@ impl Template {
 
     /// Renders into `out`; false when a field is missing or not text/number.
     pub fn render(&self, ev: &Event, batch: &EventBatch, out: &mut String) -> bool {
+        self.render_with(ev, batch, out, |s, o| o.push_str(s))
+    }
+
+    /// Renders into `out`, literal text through `lit` (which may expand it:
+    /// strftime in index names, so that `%` in a field value stays as it
+    /// is). Missing fields render as nothing and make the result false.
+    pub fn render_with(
+        &self,
+        ev: &Event,
+        batch: &EventBatch,
+        out: &mut String,
+        mut lit: impl FnMut(&str, &mut String),
+    ) -> bool {
         out.clear();
+        let mut complete = true;
         for p in &self.parts {
             match p {
-                Part::Lit(s) => out.push_str(s),
+                Part::Lit(s) => lit(s, out),
                 Part::Field(f) => match ev.get(f) {
                     Some(Value::Int(i)) => out.push_str(&i.to_string()),
                     _ => match batch.field_bytes(ev, f) {
                         Some(b) if !b.is_empty() => out.push_str(&String::from_utf8_lossy(b)),
-                        _ => return false,
+                        _ => complete = false,
                     },
                 },
             }
         }
-        true
+        complete
+    }
+
+    /// The literal parts, for checking them when the template is parsed.
+    pub fn literals(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Lit(s) => Some(s.as_str()),
+            Part::Field(_) => None,
+        })
     }
 }
 

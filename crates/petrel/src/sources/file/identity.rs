@@ -89,6 +89,27 @@ impl Fingerprint {
     }
 }
 
+/// The identity of a file's content as a stream of positions: device,
+/// inode and the file's first line (at most [`FINGERPRINT_BYTES`] of it),
+/// hashed with XXH3-128, whose output is fixed by its specification. The
+/// same after restarts and renames (rotation); different for a reused
+/// inode or a file truncated and written again, unless the new content
+/// starts with the same first line. Sinks derive event ids from it, so it
+/// must never change between builds. `head` is the file's first bytes;
+/// the flag is false while the first line is still unfinished (the
+/// identity may then change once it is).
+pub fn stream_identity(id: FileId, head: &[u8]) -> (u128, bool) {
+    let (line, complete) = match memchr::memchr(b'\n', head) {
+        Some(nl) => (&head[..=nl], true),
+        None => (head, head.len() >= FINGERPRINT_BYTES),
+    };
+    let mut input = Vec::with_capacity(16 + line.len());
+    input.extend_from_slice(&id.dev.to_le_bytes());
+    input.extend_from_slice(&id.ino.to_le_bytes());
+    input.extend_from_slice(line);
+    (twox_hash::XxHash3_128::oneshot(&input), complete)
+}
+
 /// FNV-1a, 64 bit. Checkpoints store this hash, so it must never change
 /// between builds; std's hashers make no such promise, and for at most
 /// 1 KiB per file the speed of a better hash does not matter.
@@ -127,6 +148,22 @@ mod tests {
         assert_eq!(full.len as usize, FINGERPRINT_BYTES);
         std::fs::write(&p, b"xyz").unwrap();
         assert!(!fp.matches(&r).unwrap(), "rewritten start is detected");
+    }
+
+    #[test]
+    fn stream_identity_is_the_inode_and_the_first_line() {
+        let id = FileId { dev: 1, ino: 2 };
+        let (a, done) = stream_identity(id, b"first\nsecond\n");
+        assert!(done);
+        assert_eq!(stream_identity(id, b"first\nother and longer\n").0, a);
+        assert_ne!(stream_identity(id, b"First\nsecond\n").0, a, "new content");
+        assert_ne!(stream_identity(FileId { dev: 1, ino: 3 }, b"first\n").0, a);
+        assert!(!stream_identity(id, b"fir").1, "an unfinished first line");
+        // Pinned: ids already written to a server must stay valid.
+        assert_eq!(
+            a,
+            twox_hash::XxHash3_128::oneshot(b"\x01\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0first\n")
+        );
     }
 
     #[test]

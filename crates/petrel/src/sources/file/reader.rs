@@ -3,18 +3,18 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use petrel_core::plugin::Emitter;
-use petrel_core::{BatchAck, Event, EventBatch, PipelineBudget, SourceInfo, Span};
+use petrel_core::{BatchAck, Event, EventBatch, Origin, PipelineBudget, SourceInfo, Span};
 use prometheus_client::metrics::counter::Counter;
 
 use super::decode::{Decoded, LineDecoder, Stream};
-use super::identity::{FileId, Fingerprint};
+use super::identity::{stream_identity, FileId, Fingerprint, FINGERPRINT_BYTES};
 use super::multiline::Multiline;
 use super::tracker::OffsetTracker;
 
@@ -138,6 +138,9 @@ pub struct FileReader {
     /// `source` with a `stream` field, for stdout and stderr events, and
     /// the `source` they were made from.
     stream_sources: Option<(Arc<SourceInfo>, [Arc<SourceInfo>; 2])>,
+    /// The stream identity of this file's content (see [`stream_identity`]),
+    /// once its first line is complete.
+    origin_stream: Option<u128>,
 }
 
 impl FileReader {
@@ -176,6 +179,7 @@ impl FileReader {
             meta_generation: 0,
             held_checked: false,
             stream_sources: None,
+            origin_stream: None,
         };
         r.seek(offset);
         r
@@ -293,6 +297,7 @@ impl FileReader {
         // Batches of the old content still in flight must not move the new
         // content's committed offset: start a fresh tracker.
         self.tracker = Arc::new(OffsetTracker::new(0));
+        self.origin_stream = None;
         self.fingerprint = Fingerprint::read(f, size).unwrap_or_default();
         self.seek(0);
         self.size = size;
@@ -559,7 +564,21 @@ impl FileReader {
             events.push(ev);
         }
         charge.shrink_to(ctx.budget.reservation(out.capacity()));
-        self.emit_by_stream(ctx, out, start_offset, used, charge, events, &streams);
+        let origin = self.origin_stream().map(|stream| Origin {
+            stream,
+            base: start_offset,
+            starts: Some(message_positions(&msgs)),
+        });
+        self.emit_by_stream(
+            ctx,
+            out,
+            start_offset,
+            used,
+            charge,
+            events,
+            &streams,
+            origin,
+        );
         used
     }
 
@@ -578,6 +597,7 @@ impl FileReader {
         mut charge: petrel_core::MemoryCharge,
         events: Vec<Event>,
         streams: &[Stream],
+        origin: Option<Origin>,
     ) {
         let buf = Bytes::from(out);
         let total = streams.len().max(1);
@@ -598,7 +618,16 @@ impl FileReader {
                 (charge.split(charge.bytes() * run / total), start_offset, 0)
             };
             let source = self.stream_source(stream);
-            self.emit_batch(ctx, buf.clone(), source, run_events, end, len, part);
+            self.emit_batch(
+                ctx,
+                buf.clone(),
+                source,
+                run_events,
+                end,
+                len,
+                part,
+                origin.clone(),
+            );
             if last {
                 break;
             }
@@ -765,7 +794,45 @@ impl FileReader {
         }
         let end = start_offset + len as u64;
         let source = self.source.clone();
-        self.emit_batch(ctx, Bytes::from(buf), source, events, end, len, charge);
+        // The buffer is the file's own bytes: positions are file offsets.
+        let origin = self.origin_stream().map(|stream| Origin {
+            stream,
+            base: start_offset,
+            starts: None,
+        });
+        self.emit_batch(
+            ctx,
+            Bytes::from(buf),
+            source,
+            events,
+            end,
+            len,
+            charge,
+            origin,
+        );
+    }
+
+    /// The file's stream identity, read once its first line is complete
+    /// (a first line still being written gives a provisional one).
+    fn origin_stream(&mut self) -> Option<u128> {
+        if let Some(s) = self.origin_stream {
+            return Some(s);
+        }
+        let f = self.file.as_ref()?;
+        let mut head = [0u8; FINGERPRINT_BYTES];
+        let mut got = 0;
+        while got < head.len() {
+            match f.read_at(&mut head[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(_) => return None,
+            }
+        }
+        let (id, complete) = stream_identity(self.id, &head[..got]);
+        if complete {
+            self.origin_stream = Some(id);
+        }
+        Some(id)
     }
 
     /// Sends one batch that commits up to `end` once delivered.
@@ -779,6 +846,7 @@ impl FileReader {
         end: u64,
         len: usize,
         charge: petrel_core::MemoryCharge,
+        origin: Option<Origin>,
     ) {
         let seq = self.tracker.register(end);
         let n = events.len() as u64;
@@ -790,10 +858,38 @@ impl FileReader {
         batch.input_bytes = len as u64;
         batch.ack = Some(BatchAck::start(self.tracker.clone(), seq));
         batch.charge = charge;
+        batch.origin = origin;
         ctx.sent_events.inc_by(n);
         ctx.sent_bytes.inc_by(len as u64);
         ctx.emitter.emit(batch);
     }
+}
+
+/// Where each decoded message stands in the raw read: its first record,
+/// plus, for the pieces of a message cut at `max_merged_line_bytes`
+/// (consecutive, all from the same first record), the length of the pieces
+/// before it. A message is never longer than its records, so positions
+/// within one stdout (or stderr) message never reach the next message of
+/// that stream; the record's stream is the tag, since records of the two
+/// streams interleave.
+fn message_positions(msgs: &[super::decode::DecodedMsg]) -> Arc<[(u32, u32, u8)]> {
+    let mut v = Vec::with_capacity(msgs.len());
+    let mut prev: Option<&super::decode::DecodedMsg> = None;
+    let mut rel = 0usize;
+    for m in msgs {
+        rel = match prev {
+            Some(p) if p.raw_start == m.raw_start && p.stream == m.stream => rel + p.len,
+            _ => 0,
+        };
+        let tag = match m.stream {
+            Stream::None => 0,
+            Stream::Stdout => 1,
+            Stream::Stderr => 2,
+        };
+        v.push((m.start as u32, (m.raw_start + rel) as u32, tag));
+        prev = Some(m);
+    }
+    v.into()
 }
 
 #[cfg(test)]
@@ -982,5 +1078,117 @@ mod tests {
         nack_all(&out);
         assert_eq!(r.read_turn(&ctx, 4), Turn::Backoff);
         assert_eq!(r.retry_backoff, MIN_RETRY_BACKOFF * 2);
+    }
+
+    /// (stream, offset, line) of every event `path` gives when read from
+    /// `offset` in blocks of `block` bytes.
+    fn positions(path: &std::path::Path, offset: u64, block: usize) -> Vec<(u128, u64, String)> {
+        positions_with(path, offset, block, None)
+    }
+
+    fn positions_with(
+        path: &std::path::Path,
+        offset: u64,
+        block: usize,
+        decoder: Option<Box<dyn LineDecoder>>,
+    ) -> Vec<(u128, u64, String)> {
+        let file = File::open(path).unwrap();
+        let meta = file.metadata().unwrap();
+        let fp = Fingerprint::read(&file, meta.len()).unwrap();
+        let mut r = FileReader::open(
+            path.into(),
+            offset,
+            fp,
+            file,
+            FileId::of(&meta),
+            Arc::new([]),
+        )
+        .with_decoder(decoder);
+        let out = Arc::new(Collect::default());
+        let mut ctx = context(out.clone());
+        ctx.block_bytes = block;
+        while r.read_turn(&ctx, 4) == Turn::More {}
+        let batches = out.0.lock();
+        let mut v = Vec::new();
+        for b in batches.iter() {
+            for ev in &b.events {
+                let (stream, at) = b.event_origin(ev).expect("file batches carry an origin");
+                let line = String::from_utf8_lossy(b.bytes_of(&ev.message).unwrap()).into_owned();
+                v.push((stream, at, line));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn events_keep_their_file_offsets_however_the_reads_are_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        let text: String = (0..500)
+            .map(|i| format!("line {i} {}\n", "x".repeat(i % 37)))
+            .collect();
+        std::fs::write(&path, &text).unwrap();
+        let whole = positions(&path, 0, 4096);
+        assert_eq!(whole.len(), 500);
+        let mut at = 0u64;
+        for (i, (_, off, line)) in whole.iter().enumerate() {
+            assert_eq!(*off, at, "line {i} starts at its file offset");
+            at += line.len() as u64 + 1;
+        }
+        // Read again from a committed offset (a restart) in other blocks.
+        let from = whole[200].1;
+        let again = positions(&path, from, 777);
+        assert_eq!(again[..], whole[200..]);
+        // The same inode rewritten with another first line is a new stream.
+        std::fs::write(&path, text.replacen("line 0", "LINE 0", 1)).unwrap();
+        assert_ne!(positions(&path, 0, 4096)[0].0, whole[0].0);
+    }
+
+    #[test]
+    fn decoded_container_messages_get_distinct_positions_that_survive_a_re_read() {
+        use crate::sources::kubernetes::format::{ContainerDecoder, FormatCounters, Streams};
+        let decoder = || -> Option<Box<dyn LineDecoder>> {
+            let streams = Streams {
+                stdout: true,
+                stderr: true,
+            };
+            // Merged messages are cut into pieces of 12 bytes.
+            Some(Box::new(ContainerDecoder::new(
+                12,
+                streams,
+                FormatCounters::default(),
+            )))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.log");
+        let mut text = String::new();
+        let mut resume = Vec::new();
+        for i in 0..200 {
+            // A stdout line in two partial records with a stderr record
+            // between them, then a whole stdout record.
+            let t = format!("2024-01-01T00:00:{:02}.{i:09}Z", i % 60);
+            text.push_str(&format!("{t} stdout P first half {i} and \n"));
+            text.push_str(&format!("{t} stderr F error {i}\n"));
+            text.push_str(&format!("{t} stdout F second half {i}\n"));
+            resume.push(text.len() as u64);
+            text.push_str(&format!("{t} stdout F whole {i}\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let whole = positions_with(&path, 0, 4096, decoder());
+        assert!(whole.len() > 600, "{} messages", whole.len());
+        let ids: std::collections::HashSet<(u128, u64)> =
+            whole.iter().map(|(s, o, _)| (*s, *o)).collect();
+        assert_eq!(ids.len(), whole.len(), "every message has its own position");
+        let cut = positions_with(&path, 0, 1000, decoder());
+        assert_eq!(cut, whole, "the same positions whatever the block size");
+        // A restart at a committed record boundary.
+        let from = resume[120];
+        let again = positions_with(&path, from, 333, decoder());
+        let tail: Vec<_> = whole
+            .iter()
+            .filter(|(_, o, _)| *o >= from)
+            .cloned()
+            .collect();
+        assert_eq!(again, tail);
     }
 }

@@ -1,0 +1,1292 @@
+//! `type: elasticsearch` — indexes events through the bulk API of
+//! Elasticsearch 7/8 and OpenSearch 1/2/3.
+//!
+//! Encoding (on the processing pool) writes each event as an action line
+//! and the document, with the shared JSON writer of the `ndjson` encoding.
+//! Delivery gathers encoded events into bulk requests like the `http` sink
+//! (same batching, congestion window and acknowledgement parts) and reads
+//! the answer per item: 2xx delivered; 409 on `create` means our own id is
+//! already there (a copy sent again after a crash or a lost answer), so it
+//! is delivered and counted in `component_duplicates_skipped_total`; 408,
+//! 429 and 5xx items are sent again alone after a backoff; 401, 403 and
+//! 404 items wait, loudly, for an operator; any other 4xx item (mapping
+//! conflict, parse error) goes to `dead_letter` with the server's reason,
+//! or without one is retried loudly, never dropped. A whole request
+//! answered 413 is split in halves.
+//!
+//! Ids: by default (`id: auto`) each event's `_id` is derived from where it
+//! was read (the batch [`petrel_core::Origin`]: the file's identity and the
+//! offset of the event's first byte), so a batch read and sent again lands
+//! on the same documents.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use petrel_core::config::{Map, Node};
+use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
+use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
+use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
+use prometheus_client::metrics::counter::Counter;
+use reqwest::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
+
+use super::congestion::{Backoff, Window};
+use super::http::{compress, write_dead_letter, BodyEncoding, Builder, Compression, Request};
+use super::template::Template;
+
+/// Keys accepted by the elasticsearch sink.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "endpoints",
+    "index",
+    "mode",
+    "data_stream",
+    "dead_letter",
+    "compression",
+    "auth",
+    "tls",
+    "pipeline",
+    "batch",
+    "timeout_ms",
+    "max_in_flight_requests",
+];
+
+/// The bulk operation each event becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `index`: creates or replaces the document with the id.
+    Index,
+    /// `create`: creates the document; an existing id is answered 409.
+    Create,
+    /// `create` into a data stream (`{type}-{dataset}-{namespace}`).
+    DataStream,
+}
+
+/// How each document's `_id` is chosen.
+#[derive(Debug, Clone)]
+pub enum DocId {
+    /// Derived from where the event was read; none (server-assigned) for
+    /// sources without stable positions.
+    Auto,
+    /// Always server-assigned.
+    None,
+    /// A `{{ field }}` template; server-assigned when a field is missing.
+    Template(Template),
+}
+
+/// Credentials sent with every request.
+#[derive(Clone)]
+pub enum Auth {
+    /// No `Authorization` header.
+    None,
+    /// HTTP basic authentication.
+    Basic {
+        /// User name.
+        user: String,
+        /// Password.
+        password: String,
+    },
+    /// `Authorization: ApiKey <key>` (the encoded key the server returns).
+    ApiKey(String),
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print secrets (config dumps, error messages).
+        f.write_str(match self {
+            Auth::None => "None",
+            Auth::Basic { .. } => "Basic(..)",
+            Auth::ApiKey(_) => "ApiKey(..)",
+            Auth::Bearer(_) => "Bearer(..)",
+        })
+    }
+}
+
+/// TLS settings for https endpoints.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// PEM file of the certificate authorities to trust (beside the
+    /// Mozilla roots).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate (with `key_file`).
+    pub cert_file: Option<std::path::PathBuf>,
+    /// PEM private key of the client certificate.
+    pub key_file: Option<std::path::PathBuf>,
+    /// Verify the server's certificate (default true).
+    pub verify: bool,
+}
+
+/// An index name: `{{ field }}` templates, and strftime (`%Y.%m.%d`) of
+/// the event time in its literal text.
+#[derive(Debug, Clone)]
+pub struct IndexName {
+    template: Template,
+}
+
+/// strftime conversions accepted in index names.
+const TIME_CONVERSIONS: &[char] = &['Y', 'y', 'm', 'd', 'H', 'M', 'S', 'j', '%'];
+
+impl IndexName {
+    fn parse(text: &str, node: Node<'_>) -> Option<Self> {
+        let template = Template::parse(text, node)?;
+        for lit in template.literals() {
+            let mut chars = lit.chars();
+            while let Some(c) = chars.next() {
+                if c != '%' {
+                    continue;
+                }
+                match chars.next() {
+                    Some(x) if TIME_CONVERSIONS.contains(&x) => {}
+                    other => {
+                        node.error(format!(
+                            "`%{}` in index `{text}` is not supported; use %Y %y %m %d %H %M %S %j or %%",
+                            other.map(String::from).unwrap_or_default()
+                        ));
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(Self { template })
+    }
+
+    /// True when the name has no `{{ field }}` (it depends on the time
+    /// only).
+    fn is_static(&self) -> bool {
+        self.template.as_static().is_some()
+    }
+
+    /// Renders the name for `ev` at time `ns` into `out`; false when a
+    /// template field is missing (it renders as nothing).
+    fn render(
+        &self,
+        ev: &petrel_core::Event,
+        batch: &EventBatch,
+        ns: i64,
+        out: &mut String,
+    ) -> bool {
+        self.template
+            .render_with(ev, batch, out, |lit, o| strftime(lit, ns, o))
+    }
+}
+
+/// Expands the conversions of [`TIME_CONVERSIONS`] in `lit` for `ns` (UTC).
+fn strftime(lit: &str, ns: i64, out: &mut String) {
+    use std::fmt::Write;
+    if !lit.contains('%') {
+        out.push_str(lit);
+        return;
+    }
+    let secs = ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = petrel_time::civil_from_days(days);
+    let mut chars = lit.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let _ = match chars.next() {
+            Some('Y') => write!(out, "{y:04}"),
+            Some('y') => write!(out, "{:02}", y.rem_euclid(100)),
+            Some('m') => write!(out, "{m:02}"),
+            Some('d') => write!(out, "{d:02}"),
+            Some('H') => write!(out, "{:02}", sod / 3600),
+            Some('M') => write!(out, "{:02}", sod % 3600 / 60),
+            Some('S') => write!(out, "{:02}", sod % 60),
+            Some('j') => write!(
+                out,
+                "{:03}",
+                days - petrel_time::days_from_civil(y, 1, 1) + 1
+            ),
+            Some(x) => write!(out, "{x}"),
+            None => write!(out, "%"),
+        };
+    }
+}
+
+/// Configuration of the elasticsearch sink.
+#[derive(Debug, Clone)]
+pub struct ElasticsearchConfig {
+    /// Base URLs of the nodes, used in turn.
+    pub endpoints: Vec<reqwest::Url>,
+    /// Target index (or data stream) name.
+    pub index: IndexName,
+    /// Bulk operation.
+    pub mode: Mode,
+    /// Document ids.
+    pub id: DocId,
+    /// Where refused documents are written.
+    pub dead_letter: Option<std::path::PathBuf>,
+    /// Request body compression.
+    pub compression: Compression,
+    /// Credentials.
+    pub auth: Auth,
+    /// TLS settings.
+    pub tls: Tls,
+    /// Ingest pipeline applied to every document.
+    pub pipeline: Option<String>,
+    /// Largest bulk body before compression.
+    pub max_bytes: usize,
+    /// Most documents per bulk request.
+    pub max_events: usize,
+    /// Longest wait before a partial request is sent.
+    pub linger: Duration,
+    /// Timeout of one request.
+    pub timeout: Duration,
+    /// Upper bound of the congestion window, in requests.
+    pub max_in_flight: usize,
+}
+
+fn env_str(n: Node<'_>, what: &str) -> Option<String> {
+    let raw = n.as_str()?;
+    match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok()) {
+        Ok(s) => Some(s.into_owned()),
+        Err(e) => {
+            n.error(format!("`{what}`: {e}"));
+            None
+        }
+    }
+}
+
+fn parse_auth(n: Node<'_>) -> Option<Auth> {
+    let m = n.as_map(&["strategy", "user", "password", "api_key", "token"])?;
+    let strategy = m
+        .required("strategy", "basic")?
+        .as_choice(&["basic", "api_key", "bearer"])?;
+    let need = |key: &str, example: &str| -> Option<String> {
+        let node = m.required(key, example)?;
+        env_str(node, key)
+    };
+    Some(match strategy {
+        "basic" => Auth::Basic {
+            user: need("user", "elastic")?,
+            password: need("password", "\"${ES_PASSWORD}\"")?,
+        },
+        "api_key" => Auth::ApiKey(need("api_key", "\"${ES_API_KEY}\"")?),
+        _ => Auth::Bearer(need("token", "\"${ES_TOKEN}\"")?),
+    })
+}
+
+fn parse_tls(n: Node<'_>) -> Option<Tls> {
+    let m = n.as_map(&["ca_file", "cert_file", "key_file", "verify"])?;
+    let path = |key: &str| {
+        m.get(key)
+            .and_then(|k| k.as_str().map(|p| crate::paths::resolve_path(k, p)))
+    };
+    let tls = Tls {
+        ca_file: path("ca_file"),
+        cert_file: path("cert_file"),
+        key_file: path("key_file"),
+        verify: m.bool("verify").unwrap_or(true),
+    };
+    if tls.cert_file.is_some() != tls.key_file.is_some() {
+        n.error("`tls`: `cert_file` and `key_file` go together (a client certificate and its key)");
+        return None;
+    }
+    Some(tls)
+}
+
+impl ElasticsearchConfig {
+    /// Reads the sink's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let ep_node = map.required("endpoints", "[\"http://127.0.0.1:9200\"]")?;
+        let mut endpoints = Vec::new();
+        for (text, n) in ep_node.as_str_list() {
+            match reqwest::Url::parse(text) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => endpoints.push(u),
+                Ok(u) => n.error(format!(
+                    "endpoints must be http:// or https://, found `{}`",
+                    u.scheme()
+                )),
+                Err(e) => n.error(format!("`{text}` is not a valid URL ({e})")),
+            }
+        }
+        if endpoints.is_empty() {
+            ep_node.error("`endpoints` needs at least one URL, e.g. `[\"http://127.0.0.1:9200\"]`");
+            return None;
+        }
+        let mode = match map.choice("mode", &["create", "index", "data_stream"]) {
+            Some("index") => Mode::Index,
+            Some("data_stream") => Mode::DataStream,
+            Some(_) => Mode::Create,
+            None if map.get("mode").is_some() => return None,
+            None => Mode::Create,
+        };
+        let index = if mode == Mode::DataStream {
+            if let Some(n) = map.get("index") {
+                n.error("`index` does not apply to `mode: data_stream`; the stream is `{type}-{dataset}-{namespace}` of `data_stream`");
+                return None;
+            }
+            let (mut ty, mut dataset, mut namespace) = ("logs", "generic", "default");
+            let ds_node = map.get("data_stream");
+            if let Some(n) = ds_node {
+                let m = n.as_map(&["type", "dataset", "namespace"])?;
+                ty = m.str("type").unwrap_or(ty);
+                dataset = m.str("dataset").unwrap_or(dataset);
+                namespace = m.str("namespace").unwrap_or(namespace);
+            }
+            IndexName::parse(
+                &format!("{ty}-{dataset}-{namespace}"),
+                ds_node.unwrap_or(map.node()),
+            )?
+        } else {
+            if let Some(n) = map.get("data_stream") {
+                n.error("`data_stream` needs `mode: data_stream`");
+                return None;
+            }
+            match map.get("index") {
+                Some(n) => IndexName::parse(n.as_str()?, n)?,
+                None => IndexName::parse("petrel-%Y.%m.%d", map.node())?,
+            }
+        };
+        let id = match map.get("id") {
+            None => DocId::Auto,
+            Some(n) => match n.as_str()? {
+                "auto" => DocId::Auto,
+                "none" => DocId::None,
+                t if t.contains("{{") => DocId::Template(Template::parse(t, n)?),
+                other => {
+                    n.error(format!(
+                        "`id` must be `auto`, `none` or a template such as `\"{{{{ request_id }}}}\"`, found `{other}`"
+                    ));
+                    return None;
+                }
+            },
+        };
+        let compression = match map.choice("compression", &["none", "gzip"]) {
+            Some("gzip") => Compression::Gzip,
+            Some(_) => Compression::None,
+            None if map.get("compression").is_some() => return None,
+            None => Compression::None,
+        };
+        let auth = match map.get("auth") {
+            Some(n) => parse_auth(n)?,
+            None => Auth::None,
+        };
+        let tls = match map.get("tls") {
+            Some(n) => parse_tls(n)?,
+            None => Tls {
+                verify: true,
+                ..Tls::default()
+            },
+        };
+        let (mut max_bytes, mut max_events, mut linger_ms) = (5 << 20, 10_000, 1000);
+        if let Some(b) = map.get("batch") {
+            if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
+                max_bytes = bm.u64("max_bytes", true).unwrap_or(max_bytes as u64) as usize;
+                max_events = bm.u64("max_events", false).unwrap_or(max_events as u64) as usize;
+                linger_ms = bm.u64("timeout_ms", false).unwrap_or(linger_ms);
+            }
+        }
+        let dead_letter = match map.get("dead_letter") {
+            None => None,
+            Some(n) => {
+                match n.as_str() {
+                    Some("") => {
+                        n.error("`dead_letter` must be a file path, e.g. `/var/lib/petrel/es-dead.ndjson`");
+                        return None;
+                    }
+                    Some(p) => Some(crate::paths::resolve_path(n, p)),
+                    None => return None,
+                }
+            }
+        };
+        Some(Self {
+            endpoints,
+            index,
+            mode,
+            id,
+            dead_letter,
+            compression,
+            auth,
+            tls,
+            pipeline: map.str("pipeline").map(str::to_string),
+            max_bytes: max_bytes.max(1024),
+            max_events: max_events.max(1),
+            linger: Duration::from_millis(linger_ms),
+            timeout: Duration::from_millis(map.u64("timeout_ms", false).unwrap_or(60_000)),
+            max_in_flight: map
+                .u64("max_in_flight_requests", false)
+                .unwrap_or(8)
+                .clamp(1, 1024) as usize,
+        })
+    }
+}
+
+/// One node: its bulk URL and whether it is being skipped after failures.
+struct Endpoint {
+    base: reqwest::Url,
+    bulk: reqwest::Url,
+    /// Failures in a row; the node is skipped for a time growing with it.
+    failures: AtomicU32,
+    down_until: parking_lot::Mutex<Option<Instant>>,
+}
+
+/// What the server said about itself (`GET /`).
+#[derive(Debug, Clone)]
+struct ServerInfo {
+    distribution: String,
+    version: String,
+}
+
+/// The running elasticsearch sink.
+pub struct ElasticsearchSink {
+    config: ElasticsearchConfig,
+    client: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    next: AtomicUsize,
+    server: OnceLock<ServerInfo>,
+    metrics: ComponentMetrics,
+    duplicates: Counter,
+    /// Rate limit of loud log lines.
+    last_loud: parking_lot::Mutex<Option<Instant>>,
+}
+
+fn bulk_url(base: &reqwest::Url, pipeline: Option<&str>) -> reqwest::Url {
+    let mut u = base.clone();
+    if let Ok(mut segs) = u.path_segments_mut() {
+        segs.pop_if_empty().push("_bulk");
+    }
+    {
+        let mut q = u.query_pairs_mut();
+        // Only what the per-item decisions need: the answer to 10,000
+        // successful items stays a few hundred KB instead of megabytes.
+        q.append_pair(
+            "filter_path",
+            "errors,items.*.status,items.*.error.type,items.*.error.reason",
+        );
+        if let Some(p) = pipeline {
+            q.append_pair("pipeline", p);
+        }
+    }
+    u
+}
+
+impl ElasticsearchSink {
+    /// Builds the HTTP client (TLS settings, timeouts).
+    pub fn new(c: &ElasticsearchConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        let mut b = reqwest::Client::builder().timeout(c.timeout);
+        if let Some(ca) = &c.tls.ca_file {
+            let pem = std::fs::read(ca)
+                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?
+            {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        if let (Some(cert), Some(key)) = (&c.tls.cert_file, &c.tls.key_file) {
+            let mut pem = std::fs::read(cert)
+                .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
+            pem.push(b'\n');
+            pem.extend(
+                std::fs::read(key)
+                    .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?,
+            );
+            b = b.identity(
+                reqwest::Identity::from_pem(&pem)
+                    .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?,
+            );
+        }
+        if !c.tls.verify {
+            b = b.danger_accept_invalid_certs(true);
+        }
+        let endpoints = c
+            .endpoints
+            .iter()
+            .map(|u| Endpoint {
+                base: u.clone(),
+                bulk: bulk_url(u, c.pipeline.as_deref()),
+                failures: AtomicU32::new(0),
+                down_until: parking_lot::Mutex::new(None),
+            })
+            .collect();
+        Ok(Self {
+            config: c.clone(),
+            client: b.build()?,
+            endpoints,
+            next: AtomicUsize::new(0),
+            server: OnceLock::new(),
+            duplicates: metrics.duplicates_skipped(),
+            metrics,
+            last_loud: parking_lot::Mutex::new(None),
+        })
+    }
+
+    /// The next endpoint in turn that is not being skipped; when all are,
+    /// the one whose pause ends first.
+    fn pick(&self) -> &Endpoint {
+        let n = self.endpoints.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut soonest: Option<(&Endpoint, Instant)> = None;
+        for i in 0..n {
+            let e = &self.endpoints[(start + i) % n];
+            match *e.down_until.lock() {
+                None => return e,
+                Some(t) if t <= now => return e,
+                Some(t) => {
+                    if soonest.is_none_or(|(_, s)| t < s) {
+                        soonest = Some((e, t));
+                    }
+                }
+            }
+        }
+        soonest.map_or(&self.endpoints[start % n], |(e, _)| e)
+    }
+
+    fn endpoint_failed(&self, e: &Endpoint) {
+        let f = e.failures.fetch_add(1, Ordering::Relaxed).min(8);
+        let pause = Duration::from_millis(250 << f).min(Duration::from_secs(30));
+        *e.down_until.lock() = Some(Instant::now() + pause);
+    }
+
+    fn endpoint_ok(&self, e: &Endpoint) {
+        if e.failures.swap(0, Ordering::Relaxed) > 0 {
+            *e.down_until.lock() = None;
+        }
+    }
+
+    fn with_auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.config.auth {
+            Auth::None => rb,
+            Auth::Basic { user, password } => rb.basic_auth(user, Some(password)),
+            Auth::ApiKey(k) => rb.header(AUTHORIZATION, format!("ApiKey {k}")),
+            Auth::Bearer(t) => rb.header(AUTHORIZATION, format!("Bearer {t}")),
+        }
+    }
+
+    /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
+    fn loud(&self, status: u16, text: &str, msg: &str) {
+        let mut last = self.last_loud.lock();
+        if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
+            *last = Some(Instant::now());
+            let server = self
+                .server
+                .get()
+                .map(|s| format!("{} {}", s.distribution, s.version))
+                .unwrap_or_default();
+            tracing::error!(status, answer = %text, server = %server, sink = %self.metrics.health_key(), "elasticsearch sink: {msg}");
+        }
+    }
+}
+
+/// At most one loud log line per this period.
+const LOUD_EVERY: Duration = Duration::from_secs(10);
+/// Longest wait between attempts while the server refuses outright.
+const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Renders 16 bytes as 22 characters of unpadded url-safe base64.
+fn id_text(h: u128, out: &mut Vec<u8>) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    // 128 bits are 21 groups of six and two bits left over.
+    for i in 0..22u32 {
+        let shift = 128i32 - 6 * (i as i32 + 1);
+        let v = if shift >= 0 {
+            (h >> shift) & 63
+        } else {
+            (h << -shift) & 63
+        };
+        out.push(ALPHABET[v as usize]);
+    }
+}
+
+/// The id of the event read at `offset` of stream `stream`: XXH3-128 of
+/// both, fixed by the hash's specification so ids stay the same across
+/// builds and restarts.
+fn origin_id(stream: u128, offset: u64) -> u128 {
+    let mut input = [0u8; 24];
+    input[..16].copy_from_slice(&stream.to_le_bytes());
+    input[16..].copy_from_slice(&offset.to_le_bytes());
+    twox_hash::XxHash3_128::oneshot(&input)
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl Sink for ElasticsearchSink {
+    fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
+        // Events without a parsed time are stamped with the time they are
+        // encoded, for `@timestamp` (data streams require one) and the
+        // index date.
+        let now = now_ns();
+        let mut now_text = Vec::with_capacity(32);
+        petrel_time::write_rfc3339(now, &mut now_text);
+        let shape = JsonShape {
+            time_key: "@timestamp",
+            default_time: Some(&now_text),
+        };
+        // A name without fields depends only on the time, to the second:
+        // rendered and escaped once per second that occurs in the batch
+        // rather than once per event (most events share one).
+        let static_index = self.config.index.is_static();
+        let mut index_json: Vec<u8> = Vec::new();
+        let mut index_second: Option<i64> = None;
+        let op: &[u8] = match self.config.mode {
+            Mode::Index => b"{\"index\":{\"_index\":",
+            Mode::Create | Mode::DataStream => b"{\"create\":{\"_index\":",
+        };
+        let mut stats = EncodeStats::default();
+        let mut index = String::new();
+        let mut id = String::new();
+        let mut missing = 0u64;
+        let bytes = &mut out.bytes;
+        for ev in &batch.events {
+            let t = ev.time_ns.unwrap_or(now);
+            let second = t.div_euclid(1_000_000_000);
+            if !static_index || index_second != Some(second) {
+                if !self.config.index.render(ev, batch, t, &mut index) {
+                    missing += 1;
+                }
+                index_json.clear();
+                write_json_str(&mut index_json, &index);
+                index_second = Some(second);
+            }
+            bytes.extend_from_slice(op);
+            bytes.extend_from_slice(&index_json);
+            match &self.config.id {
+                DocId::Auto => {
+                    if let Some((stream, offset)) = batch.event_origin(ev) {
+                        bytes.extend_from_slice(b",\"_id\":\"");
+                        id_text(origin_id(stream, offset), bytes);
+                        bytes.push(b'"');
+                    }
+                }
+                DocId::None => {}
+                DocId::Template(t) => {
+                    if t.render(ev, batch, &mut id) {
+                        bytes.extend_from_slice(b",\"_id\":");
+                        write_json_str(bytes, &id);
+                    } else {
+                        missing += 1;
+                    }
+                }
+            }
+            bytes.extend_from_slice(b"}}\n");
+            write_event_json(batch, ev, shape, bytes, &mut stats);
+            bytes.push(b'\n');
+            out.record_ends.push(bytes.len() as u32);
+        }
+        if missing > 0 {
+            self.metrics.error("template_field_missing", missing);
+        }
+        out.invalid_utf8 = stats.invalid_utf8;
+    }
+
+    fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
+        Box::pin(async move {
+            let dm = self.metrics.delivery();
+            let window = Window::new(2, self.config.max_in_flight, dm.clone());
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut open = true;
+            let mut builder = Builder::new(
+                BodyEncoding::Ndjson,
+                self.config.max_bytes,
+                self.config.max_events,
+            );
+            while open || !builder.is_empty() {
+                let deadline = builder.deadline(self.config.linger);
+                let got = match deadline {
+                    Some(d) if open => tokio::time::timeout_at(d.into(), rx.recv()).await.ok(),
+                    None if open => Some(rx.recv().await),
+                    _ => Some(None),
+                };
+                match got {
+                    Some(Some(p)) => builder.push(p),
+                    Some(None) => open = false,
+                    None => {} // linger expired
+                }
+                let flush_all = !open
+                    || builder
+                        .deadline(self.config.linger)
+                        .is_some_and(|d| d <= Instant::now());
+                while let Some(req) = builder.take(flush_all) {
+                    window.acquire().await;
+                    let (sink, window, dm) = (self.clone(), window.clone(), dm.clone());
+                    tasks.spawn(async move {
+                        sink.send(req, &window, &dm).await;
+                        window.release();
+                    });
+                }
+                while tasks.try_join_next().is_some() {}
+            }
+            while tasks.join_next().await.is_some() {}
+        })
+    }
+}
+
+/// The answer to one bulk request.
+enum Answer {
+    /// Per-item statuses and error texts, in request order.
+    Items(Vec<(u16, String)>),
+    /// The request did not get through (connection error, 408, 429,
+    /// 5xx): everything is sent again after the delay.
+    Retry(Option<Duration>),
+    /// 401/403/404 for the whole request: the data waits.
+    Hold(u16, String),
+    /// 413: too large, split it.
+    TooLarge,
+    /// Another 4xx for the whole request.
+    Refused(u16, String),
+}
+
+#[derive(serde::Deserialize)]
+struct BulkAnswer {
+    #[serde(default)]
+    items: Vec<std::collections::HashMap<String, BulkItem>>,
+}
+
+#[derive(serde::Deserialize)]
+struct BulkItem {
+    status: u16,
+    #[serde(default)]
+    error: Option<BulkError>,
+}
+
+#[derive(serde::Deserialize)]
+struct BulkError {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    reason: String,
+}
+
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    resp.headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|s| Duration::from_secs(s.min(300)))
+}
+
+async fn answer_text(resp: reqwest::Response) -> String {
+    resp.text()
+        .await
+        .unwrap_or_default()
+        .chars()
+        .take(1024)
+        .collect()
+}
+
+impl ElasticsearchSink {
+    /// Reads the server's flavour and version once (`GET /`), for the log
+    /// and for the checks that depend on it.
+    async fn discover(&self, e: &Endpoint) -> Result<(), Answer> {
+        if self.server.get().is_some() {
+            return Ok(());
+        }
+        let resp = match self.with_auth(self.client.get(e.base.clone())).send().await {
+            Ok(r) => r,
+            Err(err) => {
+                tracing::warn!(error = %err, url = %e.base, "elasticsearch sink: cannot reach the server");
+                self.endpoint_failed(e);
+                return Err(Answer::Retry(None));
+            }
+        };
+        let status = resp.status().as_u16();
+        if matches!(status, 401 | 403) {
+            return Err(Answer::Hold(status, answer_text(resp).await));
+        }
+        if !resp.status().is_success() {
+            self.endpoint_failed(e);
+            return Err(Answer::Retry(retry_after(&resp)));
+        }
+        let v: serde_json::Value = match resp.bytes().await {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        let version = v["version"]["number"].as_str().unwrap_or("").to_string();
+        let distribution = v["version"]["distribution"]
+            .as_str()
+            .unwrap_or("elasticsearch")
+            .to_string();
+        let major: u32 = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if distribution == "elasticsearch" && major < 7 {
+            // Indices there still have mapping types, which the action
+            // lines no longer name.
+            tracing::error!(version = %version, "elasticsearch sink: Elasticsearch before 7 is not supported; bulk requests may be refused");
+        }
+        tracing::info!(distribution = %distribution, version = %version, url = %e.base, "elasticsearch sink: connected");
+        let _ = self.server.set(ServerInfo {
+            distribution,
+            version,
+        });
+        Ok(())
+    }
+
+    async fn bulk(&self, body: Vec<u8>, items: usize) -> Answer {
+        let e = self.pick();
+        if let Err(a) = self.discover(e).await {
+            return a;
+        }
+        let mut rb = self
+            .client
+            .post(e.bulk.clone())
+            .header(CONTENT_TYPE, "application/x-ndjson")
+            .body(body);
+        if self.config.compression == Compression::Gzip {
+            rb = rb.header(CONTENT_ENCODING, "gzip");
+        }
+        let resp = match self.with_auth(rb).send().await {
+            Ok(r) => r,
+            Err(err) => {
+                tracing::warn!(error = %err, url = %e.base, "elasticsearch sink: bulk request failed");
+                self.endpoint_failed(e);
+                return Answer::Retry(None);
+            }
+        };
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            let text = match resp.bytes().await {
+                Ok(t) => t,
+                Err(err) => {
+                    tracing::warn!(error = %err, "elasticsearch sink: bulk answer cut short");
+                    self.endpoint_failed(e);
+                    return Answer::Retry(None);
+                }
+            };
+            self.endpoint_ok(e);
+            return match serde_json::from_slice::<BulkAnswer>(&text) {
+                Ok(a) if a.items.len() == items => Answer::Items(
+                    a.items
+                        .into_iter()
+                        .map(|m| {
+                            let item = m.into_values().next();
+                            let status = item.as_ref().map_or(500, |i| i.status);
+                            let error = item
+                                .and_then(|i| i.error)
+                                .map(|e| format!("{}: {}", e.kind, e.reason))
+                                .unwrap_or_default();
+                            (status, error)
+                        })
+                        .collect(),
+                ),
+                Ok(a) => {
+                    tracing::error!(
+                        sent = items,
+                        answered = a.items.len(),
+                        "elasticsearch sink: the bulk answer does not match the request; sending it again"
+                    );
+                    Answer::Retry(None)
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "elasticsearch sink: unreadable bulk answer; sending it again");
+                    Answer::Retry(None)
+                }
+            };
+        }
+        if matches!(status, 408 | 429) || resp.status().is_server_error() {
+            let after = retry_after(&resp);
+            tracing::warn!(status, url = %e.base, "elasticsearch sink: retryable answer to a bulk request");
+            if status != 429 {
+                self.endpoint_failed(e);
+            }
+            return Answer::Retry(after);
+        }
+        if status == 413 {
+            self.metrics.error("request_too_large", 1);
+            return Answer::TooLarge;
+        }
+        let text = answer_text(resp).await;
+        match status {
+            401 | 403 | 404 => Answer::Hold(status, text),
+            _ => Answer::Refused(status, text),
+        }
+    }
+
+    /// The body of records `which` of `req`.
+    fn body_of(req: &Request, which: &[usize]) -> Vec<u8> {
+        let mut body = Vec::with_capacity(which.iter().map(|&i| req.records[i].len() + 1).sum());
+        for &i in which {
+            body.extend_from_slice(&req.body[req.records[i].clone()]);
+            body.push(b'\n');
+        }
+        body
+    }
+
+    /// Sets record `i` of `req` aside in the dead-letter file; false when
+    /// there is none or it cannot be written (the record is retried).
+    fn set_aside(&self, req: &Request, i: usize, status: u16, reason: &str) -> bool {
+        let record = &req.body[req.records[i].clone()];
+        // The record is the action line and the document: the document
+        // goes to the file, the action's index in the answer text.
+        let (action, doc) = match memchr::memchr(b'\n', record) {
+            Some(nl) => (&record[..nl], &record[nl + 1..]),
+            None => (&record[..0], record),
+        };
+        let Some(path) = &self.config.dead_letter else {
+            self.metrics.error("rejected", 1);
+            self.metrics
+                .failing(format!("the server refuses documents ({status})"));
+            self.loud(status, reason, &format!(
+                "the server refuses a document with {status}; it is retried: configure `dead_letter` to set such documents aside"
+            ));
+            return false;
+        };
+        let answer = format!("{reason} (action {})", String::from_utf8_lossy(action));
+        let url = self.endpoints[0].base.as_str();
+        match write_dead_letter(path, doc, status, &answer, self.metrics.health_key(), url) {
+            Ok(()) => {
+                self.metrics.discarded("dead_letter", 1);
+                true
+            }
+            Err(e) => {
+                self.metrics.error("dead_letter_failed", 1);
+                self.loud(
+                    status,
+                    reason,
+                    &format!(
+                        "cannot write the dead letter file {}: {e}; the document is retried",
+                        path.display()
+                    ),
+                );
+                false
+            }
+        }
+    }
+
+    async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
+        let started = Instant::now();
+        // Groups of records still to deliver; a request answered 413 is
+        // split in halves.
+        let mut todo: Vec<Vec<usize>> = vec![(0..req.records.len()).collect()];
+        let mut backoff = Backoff::default();
+        let mut refused_backoff = Duration::from_millis(500);
+        let mut dead_lettered = 0u64;
+        while let Some(mut pending) = todo.pop() {
+            while !pending.is_empty() {
+                let raw = Self::body_of(&req, &pending);
+                let body = match compress(self.config.compression, &raw) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        // Dropping the request reports the failure.
+                        tracing::error!(error = %e, "elasticsearch sink: compression failed; the batch will be read again");
+                        return;
+                    }
+                };
+                let sent_bytes = body.len() as u64;
+                match self.bulk(body, pending.len()).await {
+                    Answer::Items(items) => {
+                        let mut retry = Vec::new();
+                        let mut held = false;
+                        let (mut ok, mut dups) = (0u64, 0u64);
+                        for (&i, (status, reason)) in pending.iter().zip(items) {
+                            match status {
+                                200..=299 => ok += 1,
+                                // Only `create` answers 409, and only for
+                                // an id that exists: ours, sent before.
+                                409 if self.config.mode != Mode::Index => dups += 1,
+                                408 | 429 | 500..=599 => retry.push(i),
+                                401 | 403 | 404 => {
+                                    held = true;
+                                    self.loud(status, &reason, &format!(
+                                        "the server answers {status} for documents; they wait and are retried: fix the credentials, permissions or index"
+                                    ));
+                                    retry.push(i);
+                                }
+                                _ => {
+                                    if self.set_aside(&req, i, status, &reason) {
+                                        dead_lettered += 1;
+                                    } else {
+                                        held = true;
+                                        retry.push(i);
+                                    }
+                                }
+                            }
+                        }
+                        self.metrics.sent_events.inc_by(ok);
+                        self.duplicates.inc_by(dups);
+                        if ok + dups > 0 {
+                            self.metrics.sent_bytes.inc_by(sent_bytes);
+                        }
+                        if retry.is_empty() {
+                            window.on_success();
+                            self.metrics.recovered();
+                            break;
+                        }
+                        dm.retried_events.inc_by(retry.len() as u64);
+                        window.on_failure();
+                        let delay = if held {
+                            let d = refused_backoff;
+                            refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                            d
+                        } else {
+                            self.metrics.error("item_retried", retry.len() as u64);
+                            backoff.next_delay()
+                        };
+                        tokio::time::sleep(delay).await;
+                        pending = retry;
+                    }
+                    Answer::Retry(after) => {
+                        self.metrics.error("request_failed", 1);
+                        self.metrics.failing("bulk requests fail".to_string());
+                        dm.retried_events.inc_by(pending.len() as u64);
+                        window.on_failure();
+                        tokio::time::sleep(after.unwrap_or_else(|| backoff.next_delay())).await;
+                    }
+                    Answer::Hold(status, text) => {
+                        let reason = match status {
+                            401 => "unauthorized",
+                            403 => "forbidden",
+                            _ => "not_found",
+                        };
+                        self.metrics.error(reason, 1);
+                        self.metrics
+                            .failing(format!("{status} ({reason}) from the server"));
+                        dm.retried_events.inc_by(pending.len() as u64);
+                        self.loud(status, &text, &format!(
+                            "the server answers {status} ({reason}); the data waits and is retried: fix the credentials or the URL"
+                        ));
+                        tokio::time::sleep(refused_backoff).await;
+                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                    }
+                    Answer::TooLarge | Answer::Refused(..) if pending.len() > 1 => {
+                        let back = pending.split_off(pending.len() / 2);
+                        todo.push(back);
+                        todo.push(std::mem::take(&mut pending));
+                    }
+                    Answer::TooLarge => {
+                        let text = "413: one document is larger than the server accepts (http.max_content_length)";
+                        if self.set_aside(&req, pending[0], 413, text) {
+                            dead_lettered += 1;
+                            break;
+                        }
+                        tokio::time::sleep(refused_backoff).await;
+                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                    }
+                    Answer::Refused(status, text) => {
+                        if self.set_aside(&req, pending[0], status, &text) {
+                            dead_lettered += 1;
+                            break;
+                        }
+                        tokio::time::sleep(refused_backoff).await;
+                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                    }
+                }
+            }
+        }
+        if dead_lettered > 0 {
+            tracing::warn!(
+                documents = dead_lettered,
+                "elasticsearch sink: documents refused by the server were written to the dead letter file"
+            );
+        }
+        dm.latency.observe(started.elapsed().as_secs_f64());
+        req.acks.delivered = true;
+    }
+}
+
+/// Registration of `type: elasticsearch`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "elasticsearch",
+    keys: KEYS,
+    parse: |m| ElasticsearchConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for ElasticsearchConfig {
+    fn type_name(&self) -> &'static str {
+        "elasticsearch"
+    }
+
+    fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
+        Ok(Arc::new(ElasticsearchSink::new(self, metrics)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_core::config::{parse_yaml, ConfigErrors};
+    use petrel_core::{Event, Origin, SourceInfo, Span, Value};
+
+    fn config(yaml: &str) -> Result<ElasticsearchConfig, String> {
+        let f: Arc<str> = "t.yaml".into();
+        let raw = parse_yaml(&f, yaml).map_err(|e| e.to_string())?;
+        let errs = ConfigErrors::new();
+        let node = Node::root(&f, &raw, &errs);
+        let map = node.as_map(KEYS).ok_or("not a map")?;
+        let c = ElasticsearchConfig::parse(map);
+        match (c, errs.is_empty()) {
+            (Some(c), true) => Ok(c),
+            _ => Err(format!("{:?}", errs.into_vec())),
+        }
+    }
+
+    fn sink(yaml: &str) -> ElasticsearchSink {
+        let c = config(yaml).expect("valid config");
+        let m = petrel_core::Metrics::new().component("p", "sink", "es", "elasticsearch");
+        ElasticsearchSink::new(&c, m).expect("sink")
+    }
+
+    fn batch() -> EventBatch {
+        let mut b = EventBatch::new(
+            bytes::Bytes::from_static(b"first line\nsecond\n"),
+            Arc::new(SourceInfo::file("/var/log/app.log", Arc::new([]))),
+        );
+        let mut a = Event::from_span(Span::new(0, 10));
+        a.time_ns = Some(1_700_000_000_000_000_000); // 2023-11-14T22:13:20Z
+        a.set("service".into(), Value::Str("api".into()));
+        b.events.push(a);
+        b.events.push(Event::from_span(Span::new(11, 6)));
+        b
+    }
+
+    fn lines(out: &Encoded) -> Vec<serde_json::Value> {
+        out.bytes
+            .split(|&c| c == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("JSON line"))
+            .collect()
+    }
+
+    #[test]
+    fn action_lines_carry_index_and_ids_from_the_origin() {
+        let s = sink("endpoints: [\"http://127.0.0.1:9\"]\nindex: \"logs-{{ service }}-%Y.%m.%d\"");
+        let mut b = batch();
+        let mut out = Encoded::default();
+        s.encode(&b, &mut out);
+        let l = lines(&out);
+        assert_eq!(l.len(), 4);
+        assert_eq!(out.record_ends.len(), 2);
+        assert_eq!(l[0]["create"]["_index"], "logs-api-2023.11.14");
+        assert!(l[0]["create"].get("_id").is_none(), "no origin, no id");
+        assert_eq!(l[1]["message"], "first line");
+        assert_eq!(l[1]["@timestamp"], "2023-11-14T22:13:20.000000000Z");
+        assert_eq!(l[1]["file"], "/var/log/app.log");
+        assert!(l[3]["@timestamp"].is_string(), "read time stands in");
+        assert!(
+            s.metrics
+                .metrics()
+                .render()
+                .contains("error_type=\"template_field_missing\""),
+            "the second event has no service"
+        );
+
+        b.origin = Some(Origin {
+            stream: 42,
+            base: 1000,
+            starts: None,
+        });
+        let mut out = Encoded::default();
+        s.encode(&b, &mut out);
+        let first = lines(&out)[0]["create"]["_id"].as_str().map(str::to_string);
+        let second = lines(&out)[2]["create"]["_id"].as_str().map(str::to_string);
+        let first = first.expect("id");
+        assert_eq!(first.len(), 22);
+        assert!(first
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert_ne!(Some(first.clone()), second);
+        // The same line read again in another batch, cut elsewhere.
+        let mut again = EventBatch::new(
+            bytes::Bytes::from_static(b"xxfirst line\n"),
+            Arc::new(SourceInfo::default()),
+        );
+        again.origin = Some(Origin {
+            stream: 42,
+            base: 998,
+            starts: None,
+        });
+        again.events.push(Event::from_span(Span::new(2, 10)));
+        let mut out = Encoded::default();
+        s.encode(&again, &mut out);
+        assert_eq!(lines(&out)[0]["create"]["_id"], first.as_str());
+    }
+
+    #[test]
+    fn modes_and_id_choices() {
+        let s = sink("endpoints: [\"http://127.0.0.1:9\"]\nmode: data_stream\ndata_stream: { dataset: app }\nid: none");
+        let mut b = batch();
+        b.origin = Some(Origin {
+            stream: 1,
+            base: 0,
+            starts: None,
+        });
+        let mut out = Encoded::default();
+        s.encode(&b, &mut out);
+        let l = lines(&out);
+        assert_eq!(l[0]["create"]["_index"], "logs-app-default");
+        assert!(l[0]["create"].get("_id").is_none());
+
+        let s = sink(
+            "endpoints: [\"http://127.0.0.1:9\"]\nmode: index\nindex: plain\nid: \"{{ service }}\"",
+        );
+        let mut out = Encoded::default();
+        s.encode(&b, &mut out);
+        let l = lines(&out);
+        assert_eq!(l[0]["index"]["_id"], "api");
+        assert_eq!(l[0]["index"]["_index"], "plain");
+        assert!(
+            l[2]["index"].get("_id").is_none(),
+            "missing field: server id"
+        );
+    }
+
+    #[test]
+    fn config_errors_are_reported() {
+        assert!(config("endpoints: [\"ftp://x\"]").is_err());
+        assert!(config("endpoints: [\"http://x\"]\nindex: \"a-%Q\"").is_err());
+        assert!(config("endpoints: [\"http://x\"]\nid: fixed").is_err());
+        assert!(config("endpoints: [\"http://x\"]\nmode: data_stream\nindex: a").is_err());
+        assert!(config("endpoints: [\"http://x\"]\nauth: { strategy: basic, user: u }").is_err());
+        assert!(config("endpoints: [\"http://x\"]\ntls: { cert_file: /a }").is_err());
+        let c = config("endpoints: [\"http://x\"]").expect("defaults");
+        assert_eq!(c.mode, Mode::Create);
+        assert!(matches!(c.id, DocId::Auto));
+        assert_eq!(c.max_bytes, 5 << 20);
+    }
+
+    #[test]
+    fn strftime_and_ids_are_stable() {
+        let mut s = String::new();
+        strftime(
+            "x-%Y.%m.%d %H:%M:%S %j %y %%",
+            1_700_000_000_000_000_000,
+            &mut s,
+        );
+        assert_eq!(s, "x-2023.11.14 22:13:20 318 23 %");
+        let mut out = Vec::new();
+        id_text(0, &mut out);
+        assert_eq!(out, b"AAAAAAAAAAAAAAAAAAAAAA");
+        out.clear();
+        id_text(u128::MAX, &mut out);
+        assert_eq!(
+            out, b"_____________________w",
+            "base64url of 16 bytes of 0xff"
+        );
+        out.clear();
+        id_text(1u128 << 127, &mut out);
+        assert_eq!(out, b"gAAAAAAAAAAAAAAAAAAAAA");
+        // Pinned: ids already written to servers must stay valid.
+        out.clear();
+        id_text(origin_id(7, 42), &mut out);
+        assert_eq!(String::from_utf8_lossy(&out), PINNED_ID);
+    }
+
+    const PINNED_ID: &str = "TpesrnaBEtyTEBFeKPFCcQ";
+
+    #[test]
+    fn bulk_url_keeps_a_path_prefix() {
+        let u = bulk_url(
+            &reqwest::Url::parse("http://h:9200/es/").expect("url"),
+            Some("p1"),
+        );
+        assert_eq!(u.path(), "/es/_bulk");
+        assert!(u
+            .query()
+            .is_some_and(|q| q.contains("pipeline=p1") && q.contains("filter_path=")));
+    }
+}

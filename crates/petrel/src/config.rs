@@ -230,8 +230,15 @@ fn section<'a, C: ?Sized>(
             continue;
         };
         let m = item.as_map_quiet();
+        // A plugin whose own settings use `id` (a document id) lists
+        // `component_id` among its keys: its component id is read there.
+        let id_key = if plugin.keys.contains(&COMPONENT_ID_KEY) {
+            COMPONENT_ID_KEY
+        } else {
+            "id"
+        };
         let id = m
-            .and_then(|m| m.str("id"))
+            .and_then(|m| m.str(id_key))
             .map(str::to_string)
             .unwrap_or_else(|| format!("{ty}_{i}"));
         if out.iter().any(|(other, _)| *other == id) {
@@ -244,6 +251,10 @@ fn section<'a, C: ?Sized>(
     }
     (out, nodes)
 }
+
+/// The key naming a component whose plugin reads `id` as a setting of its
+/// own (the elasticsearch sink's document id); other plugins use `id`.
+pub const COMPONENT_ID_KEY: &str = "component_id";
 
 /// Reads `type:` of a component and checks it against `types`.
 pub fn component_type(node: Node<'_>, types: &[&'static str], what: &str) -> Option<&'static str> {

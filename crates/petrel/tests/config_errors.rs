@@ -237,3 +237,20 @@ fn feedback_through_a_symlinked_directory_is_refused() {
         vec!["sym.yaml:6:11: the file sink writes `real/out.log`, which source `file_0` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"]
     );
 }
+
+/// The elasticsearch sink reads `id` as its document id setting, so two
+/// of them with `id: auto` in one pipeline are fine; their component ids
+/// come from `component_id`, and a duplicate one is refused there.
+#[test]
+fn a_sink_whose_id_is_a_setting_takes_its_component_id_from_component_id() {
+    let dir = tempdir();
+    let two = "sources:\n  - type: file\n    include: [\"logs/*.log\"]\nsinks:\n  - type: elasticsearch\n    endpoints: [\"http://127.0.0.1:9200\"]\n    id: auto\n  - type: elasticsearch\n    endpoints: [\"http://127.0.0.1:9201\"]\n    id: auto\n";
+    std::fs::write(dir.path().join("two.yaml"), two).unwrap();
+    let (code, stdout, stderr) = run_to_end(dir.path(), &["validate", "--config", "two.yaml"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let clash = "sources:\n  - type: file\n    include: [\"logs/*.log\"]\nsinks:\n  - type: elasticsearch\n    endpoints: [\"http://127.0.0.1:9200\"]\n    component_id: es\n  - type: elasticsearch\n    endpoints: [\"http://127.0.0.1:9201\"]\n    component_id: es\n";
+    std::fs::write(dir.path().join("clash.yaml"), clash).unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "clash.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stdout.contains("duplicate sink id `es`"), "{stdout}");
+}

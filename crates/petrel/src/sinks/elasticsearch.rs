@@ -34,9 +34,11 @@ use super::congestion::{Backoff, Window};
 use super::http::{compress, write_dead_letter, BodyEncoding, Builder, Compression, Request};
 use super::template::Template;
 
-/// Keys accepted by the elasticsearch sink.
+/// Keys accepted by the elasticsearch sink. `id` is the document id
+/// setting, so the component's own id is `component_id`.
 pub const KEYS: &[&str] = &[
     "type",
+    "component_id",
     "id",
     "endpoints",
     "index",

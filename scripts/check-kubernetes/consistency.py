@@ -8,7 +8,8 @@ BUILT_YAML is `kustomize build deploy/kubernetes`. Checks that
     calls the API server);
   - the agent's --config is where the pipelines ConfigMap is mounted,
     --data-dir is a writable hostPath mount, the probes and --api-addr use
-    the same port, NODE_NAME comes from spec.nodeName;
+    the same port, liveness probes /health/live and readiness
+    /health/ready, NODE_NAME comes from spec.nodeName;
   - every host path a pipeline reads (pods_dir, docker_dir,
     containerd_socket) is mounted at that same path from that host path;
   - maxSurge is 0 (two agents on one data dir: the second is refused);
@@ -124,11 +125,13 @@ def problems(docs):
     api = arg(args, "--api-addr") or ""
     port = api.rsplit(":", 1)[-1]
     ports = {p.get("name"): str(p["containerPort"]) for p in c.get("ports", [])}
-    for probe in ("readinessProbe", "livenessProbe"):
+    # Liveness must not be /health or /health/ready: those fail while a
+    # sink cannot deliver, and a restart does not bring a collector back.
+    for probe, path in (("readinessProbe", "/health/ready"), ("livenessProbe", "/health/live")):
         get = c.get(probe, {}).get("httpGet", {})
         p = str(ports.get(get.get("port"), get.get("port")))
-        if get.get("path") != "/health" or p != port:
-            out.append(f"{probe} is not GET /health on the --api-addr port {port}")
+        if get.get("path") != path or p != port:
+            out.append(f"{probe} is not GET {path} on the --api-addr port {port}")
     if not api.startswith("0.0.0.0:"):
         out.append(f"--api-addr {api}: the kubelet probes the pod's address")
     env = {e["name"]: e for e in c.get("env", [])}

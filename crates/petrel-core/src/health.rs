@@ -1,10 +1,20 @@
-//! What `/health` reports: problems raised by components and threads.
+//! What `/health`, `/health/live` and `/health/ready` report: problems
+//! raised by components and threads.
 //!
-//! A problem is either *fatal* (a dead thread, checkpoints that cannot be
-//! written: unhealthy at once) or *failing* (a sink whose deliveries fail:
-//! unhealthy only once it has been failing for longer than
-//! `unhealthy_after`, so that one timeout does not page anybody). Each is
-//! keyed by who raised it and cleared by the same key when it recovers.
+//! A problem is *stuck* (a thread that died or makes no progress: the
+//! process itself is broken, unhealthy at once), *fatal* (checkpoints or a
+//! spool that cannot be written, a panic being isolated: unhealthy at
+//! once) or *failing* (a sink whose deliveries fail: unhealthy only once
+//! it has been failing for longer than `unhealthy_after`, so that one
+//! timeout does not page anybody). Each is keyed by who raised it and
+//! cleared by the same key when it recovers.
+//!
+//! Liveness ([`Health::liveness`]) sees only stuck problems: it is what a
+//! restart can fix. A full disk, a down collector or a poison event are
+//! still there after a restart, and restarting would only lose what is
+//! buffered in memory and re-read work; they fail readiness
+//! ([`Health::readiness`], which also fails while the pipelines start or
+//! drain) and the combined view ([`Health::report`]) instead.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,9 +27,22 @@ struct Problem {
     reason: String,
     since: Instant,
     fatal: bool,
+    /// A thread is dead or stuck: fails liveness too.
+    stuck: bool,
     /// Clears itself then (a problem seen once, such as a panic that was
     /// isolated, is reported for a while and then forgotten).
     expires: Option<Instant>,
+}
+
+/// Where the agent is in its life, for readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The API answers but the pipelines are not started yet.
+    Starting,
+    /// The pipelines run.
+    Running,
+    /// Stopping: sources no longer read, in-flight data is drained.
+    Stopping,
 }
 
 /// The agent's open problems.
@@ -27,6 +50,7 @@ struct Problem {
 pub struct Health {
     problems: Mutex<BTreeMap<String, Problem>>,
     unhealthy_after: Mutex<Duration>,
+    phase: Mutex<Phase>,
 }
 
 /// One unhealthy entry as reported by [`Health::report`].
@@ -45,6 +69,7 @@ impl Default for Health {
         Self {
             problems: Mutex::new(BTreeMap::new()),
             unhealthy_after: Mutex::new(Duration::from_secs(30)),
+            phase: Mutex::new(Phase::Starting),
         }
     }
 }
@@ -53,6 +78,11 @@ impl Health {
     /// Sets how long a `failing` problem may last before it counts.
     pub fn set_unhealthy_after(&self, d: Duration) {
         *self.unhealthy_after.lock() = d;
+    }
+
+    /// Sets where the agent is in its life (see [`Health::readiness`]).
+    pub fn set_phase(&self, phase: Phase) {
+        *self.phase.lock() = phase;
     }
 
     /// Records that `component` is failing now (a delivery error). The
@@ -78,16 +108,34 @@ impl Health {
         );
     }
 
+    /// Records that a thread of the process (`thread/NAME`) died or makes
+    /// no progress: the agent is not live, and so not healthy, at once.
+    pub fn stuck(&self, component: &str, reason: impl Into<String>) {
+        self.insert(component, reason.into(), true, true, None);
+    }
+
     fn raise(&self, component: &str, reason: String, fatal: bool) {
         self.raise_until(component, reason, fatal, None);
     }
 
     fn raise_until(&self, component: &str, reason: String, fatal: bool, expires: Option<Instant>) {
+        self.insert(component, reason, fatal, false, expires);
+    }
+
+    fn insert(
+        &self,
+        component: &str,
+        reason: String,
+        fatal: bool,
+        stuck: bool,
+        expires: Option<Instant>,
+    ) {
         let mut p = self.problems.lock();
         match p.get_mut(component) {
             Some(e) if e.expires.is_none_or(|t| t > Instant::now()) => {
                 e.reason = reason;
                 e.fatal |= fatal;
+                e.stuck |= stuck;
                 e.expires = expires;
             }
             _ => {
@@ -97,6 +145,7 @@ impl Health {
                         reason,
                         since: Instant::now(),
                         fatal,
+                        stuck,
                         expires,
                     },
                 );
@@ -119,14 +168,49 @@ impl Health {
     }
 
     /// The problems that make the agent unhealthy now; empty when healthy.
+    /// The combined view of `/health`: every open problem that counts,
+    /// whatever the phase.
     pub fn report(&self) -> Vec<Unhealthy> {
         let after = *self.unhealthy_after.lock();
+        self.select(|p| p.fatal || p.since.elapsed() >= after)
+    }
+
+    /// The problems that make the process not live (`/health/live`): a
+    /// dead or stuck thread. Sinks that cannot deliver, disks that cannot
+    /// be written and panics being isolated are left out: a restart fixes
+    /// none of them.
+    pub fn liveness(&self) -> Vec<Unhealthy> {
+        self.select(|p| p.stuck)
+    }
+
+    /// The problems that make the agent not ready (`/health/ready`): those
+    /// of [`Health::report`], and an `agent` entry while the pipelines are
+    /// starting or stopping.
+    pub fn readiness(&self) -> Vec<Unhealthy> {
+        let mut r = self.report();
+        let reason = match *self.phase.lock() {
+            Phase::Running => return r,
+            Phase::Starting => "the pipelines are starting",
+            Phase::Stopping => "stopping: sources no longer read, in-flight data is drained",
+        };
+        r.insert(
+            0,
+            Unhealthy {
+                component: "agent".into(),
+                reason: reason.into(),
+                for_secs: 0,
+            },
+        );
+        r
+    }
+
+    fn select(&self, counts: impl Fn(&Problem) -> bool) -> Vec<Unhealthy> {
         let now = Instant::now();
         let mut problems = self.problems.lock();
         problems.retain(|_, p| p.expires.is_none_or(|t| t > now));
         problems
             .iter()
-            .filter(|(_, p)| p.fatal || p.since.elapsed() >= after)
+            .filter(|(_, p)| counts(p))
             .map(|(k, p)| Unhealthy {
                 component: k.clone(),
                 reason: p.reason.clone(),
@@ -176,5 +260,53 @@ mod tests {
         assert_eq!(h.report().len(), 1);
         std::thread::sleep(Duration::from_millis(30));
         assert!(h.report().is_empty());
+    }
+
+    #[test]
+    fn only_stuck_threads_fail_liveness() {
+        let h = Health::default();
+        h.set_phase(Phase::Running);
+        h.set_unhealthy_after(Duration::ZERO);
+        h.failing("p/sink/out", "HTTP 503");
+        h.fatal("checkpoint", "cannot write: No space left on device");
+        h.unhealthy_for("p/processor/x", "panicked", Duration::from_secs(60));
+        assert!(h.liveness().is_empty(), "{:?}", h.liveness());
+        assert_eq!(h.readiness().len(), 3);
+        assert_eq!(h.report().len(), 3);
+        h.stuck("thread/petrel-worker-0", "busy with one batch for 40s");
+        let live = h.liveness();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].component, "thread/petrel-worker-0");
+        assert_eq!(h.readiness().len(), 4, "a stuck thread is not ready either");
+        assert_eq!(h.report().len(), 4);
+        assert!(h.has_fatal());
+        h.recovered("thread/petrel-worker-0");
+        assert!(h.liveness().is_empty());
+    }
+
+    #[test]
+    fn a_stuck_thread_stays_stuck_when_raised_again_as_fatal() {
+        let h = Health::default();
+        h.stuck("thread/petrel-input", "thread died");
+        h.fatal("thread/petrel-input", "thread died");
+        assert_eq!(h.liveness().len(), 1);
+    }
+
+    #[test]
+    fn readiness_follows_the_phase() {
+        let h = Health::default();
+        let r = h.readiness();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].component, "agent");
+        assert!(r[0].reason.contains("starting"), "{r:?}");
+        assert!(h.report().is_empty(), "/health is as before while starting");
+        assert!(h.liveness().is_empty());
+        h.set_phase(Phase::Running);
+        assert!(h.readiness().is_empty());
+        h.set_phase(Phase::Stopping);
+        let r = h.readiness();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].reason.contains("stopping"), "{r:?}");
+        assert!(h.liveness().is_empty(), "draining is progress");
     }
 }

@@ -1,8 +1,15 @@
-//! The HTTP API: `GET /metrics` (OpenMetrics text), `GET /health` (200, or
-//! 503 with the open problems as JSON), `POST /reload` and `GET /tap`
-//! (a stream of sampled events as ndjson, for `petrel tap`).
+//! The HTTP API: `GET /metrics` (OpenMetrics text), the health checks,
+//! `POST /reload` and `GET /tap` (a stream of sampled events as ndjson,
+//! for `petrel tap`).
 //!
-//! `/metrics` and `/health` are open to anyone who reaches the address.
+//! The health checks answer 200, or 503 with the problems as JSON:
+//! `GET /health/live` (liveness: no internal thread dead or stuck; a
+//! restart would help), `GET /health/ready` (readiness: the pipelines run
+//! and every problem of `/health` is clear) and `GET /health` (the combined
+//! view, as before the split: every open problem, whatever the phase).
+//!
+//! `/metrics` and the health checks are open to anyone who reaches the
+//! address: kubelet probes carry no token and name the pod's IP as Host.
 //! `/reload` (control) and `/tap` (log contents) are guarded by
 //! `authorize`: on loopback, requests must name a loopback `Host` and
 //! come from no cross-site `Origin` (a web page in the operator's browser
@@ -94,6 +101,8 @@ async fn serve_with(listener: tokio::net::TcpListener, state: ApiState) {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/health", get(health))
+        .route("/health/live", get(health_live))
+        .route("/health/ready", get(health_ready))
         .route("/reload", post(reload_handler))
         .route("/tap", get(tap_handler))
         .with_state(state);
@@ -138,8 +147,25 @@ async fn metrics_handler(
     )
 }
 
+/// `GET /health`: every open problem (see [`petrel_core::health`]).
 async fn health(axum::extract::State(s): axum::extract::State<ApiState>) -> impl IntoResponse {
-    let problems = s.metrics.health.report();
+    health_answer(s.metrics.health.report())
+}
+
+/// `GET /health/live`: dead or stuck threads only.
+async fn health_live(axum::extract::State(s): axum::extract::State<ApiState>) -> impl IntoResponse {
+    health_answer(s.metrics.health.liveness())
+}
+
+/// `GET /health/ready`: the problems of `/health`, and the phase.
+async fn health_ready(
+    axum::extract::State(s): axum::extract::State<ApiState>,
+) -> impl IntoResponse {
+    health_answer(s.metrics.health.readiness())
+}
+
+/// 200 with `{"status":"ok"}`, or 503 with the problems.
+fn health_answer(problems: Vec<petrel_core::health::Unhealthy>) -> impl IntoResponse {
     let json = |v: serde_json::Value| {
         let mut t = v.to_string();
         t.push('\n');
@@ -531,9 +557,13 @@ mod tests {
             0,
             "no reload reached the agent"
         );
-        // Monitoring stays open.
+        // Monitoring stays open; kubelet's probes carry no token.
         assert_eq!(request(port, "GET", "/metrics", &[host]).0, 200);
         assert_eq!(request(port, "GET", "/health", &[host]).0, 200);
+        assert_eq!(request(port, "GET", "/health/live", &[host]).0, 200);
+        let (st, body) = request(port, "GET", "/health/ready", &[host]);
+        assert_eq!(st, 503, "not started: {body}");
+        assert!(body.contains("starting"), "{body}");
     }
 
     #[test]
@@ -571,6 +601,7 @@ mod tests {
         assert_eq!(st, 404, "the scheme is case-insensitive: {body}");
         assert_eq!(request(port, "GET", "/metrics", &[host]).0, 200);
         assert_eq!(request(port, "GET", "/health", &[host]).0, 200);
+        assert_eq!(request(port, "GET", "/health/live", &[host]).0, 200);
     }
 
     #[test]

@@ -470,12 +470,19 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     ));
     tracing::info!("API listening on http://{addr}");
     let mut topo = topology::Topology::start(&pipelines, &opts, metrics.clone(), budget, runtime)?;
+    metrics
+        .health
+        .set_phase(petrel_core::health::Phase::Running);
     tracing::info!(
         pipelines = pipelines.len(),
         threads,
         memory_limit = opts.memory_limit,
         "petrel started"
     );
+    // The same patience as for a failing sink: a batch takes milliseconds,
+    // so a worker busy for that long is stuck, and an operator who wants
+    // quicker probes lowers both together.
+    let stuck_after = Duration::from_secs(a.unhealthy_after.max(1));
     let mut failure = None;
     loop {
         crossbeam_channel::select! {
@@ -500,10 +507,11 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             tracing::info!("every source has ended and its data was delivered; stopping");
             break;
         }
+        report_stuck_workers(&topo, &metrics.health, stuck_after);
         let dead = topo.dead_threads();
         if !dead.is_empty() {
             for t in &dead {
-                metrics.health.fatal(&format!("thread/{t}"), "thread died");
+                metrics.health.stuck(&format!("thread/{t}"), "thread died");
             }
             tracing::error!(threads = ?dead, "an internal thread died; stopping with an error");
             failure = Some(anyhow::anyhow!(
@@ -513,6 +521,11 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             break;
         }
     }
+    // Not ready while draining, so that a Service stops sending to the
+    // network sources; still live, so that the drain is not cut short.
+    metrics
+        .health
+        .set_phase(petrel_core::health::Phase::Stopping);
     let deadline = Instant::now() + opts.shutdown_timeout;
     if let Err(e) = topo.shutdown(deadline) {
         failure.get_or_insert(e);
@@ -522,6 +535,30 @@ fn run(a: RunArgs) -> Result<(), RunError> {
         None => {
             tracing::info!("stopped");
             Ok(())
+        }
+    }
+}
+
+/// Raises `thread/NAME` as stuck in `health` for each processing worker
+/// busy with one batch for `stuck_after` or more, and clears it for the
+/// others (a worker that returns is live again).
+fn report_stuck_workers(
+    topo: &topology::Topology,
+    health: &petrel_core::health::Health,
+    stuck_after: Duration,
+) {
+    for (name, busy) in topo.busy_threads() {
+        let key = format!("thread/{name}");
+        if busy >= stuck_after {
+            health.stuck(
+                &key,
+                format!(
+                    "busy with one batch for {}s: a processor does not return",
+                    busy.as_secs()
+                ),
+            );
+        } else {
+            health.recovered(&key);
         }
     }
 }

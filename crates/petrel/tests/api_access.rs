@@ -121,12 +121,11 @@ fn on_loopback_a_foreign_host_gets_neither_logs_nor_a_reload() {
             || {},
         );
         assert_eq!(st, 200, "{host}: {body}");
-        let (st, body) = raw(
-            port,
-            &format!("GET /health HTTP/1.0\r\nHost: {host}"),
-            || {},
-        );
-        assert_eq!(st, 200, "{host}: {body}");
+        // So do the health checks: kubelet names the pod's IP as Host.
+        for path in ["/health", "/health/live", "/health/ready"] {
+            let (st, body) = raw(port, &format!("GET {path} HTTP/1.0\r\nHost: {host}"), || {});
+            assert_eq!(st, 200, "{path} {host}: {body}");
+        }
     }
     assert_eq!(reloads(&agent), 0.0, "no refused reload reached the agent");
     // Loopback names and addresses, with or without a port, and no Host
@@ -283,8 +282,8 @@ fn with_a_token_reload_and_tap_need_it_and_errors_go_only_to_its_holders() {
         raw(port, &format!("GET /metrics HTTP/1.0\r\n{host}"), || {}).0,
         200
     );
-    assert_eq!(
-        raw(port, &format!("GET /health HTTP/1.0\r\n{host}"), || {}).0,
-        200
-    );
+    for path in ["/health", "/health/live", "/health/ready"] {
+        let (st, body) = raw(port, &format!("GET {path} HTTP/1.0\r\n{host}"), || {});
+        assert_eq!(st, 200, "{path}: {body}");
+    }
 }

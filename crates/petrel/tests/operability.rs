@@ -1,7 +1,8 @@
 //! End-to-end checks of what operators get around the agent: `--log-format
-//! json`, the shipped examples (checked with `petrel validate`), and the
+//! json`, the shipped examples (checked with `petrel validate`), the
 //! Grafana dashboard and Prometheus alert rules (every metric name in their
-//! queries must be exported by a live agent).
+//! queries must be exported by a live agent), and the probes
+//! (`/health/live`, `/health/ready`).
 
 mod common;
 
@@ -611,4 +612,142 @@ fn http_server_failing_once() -> std::net::SocketAddr {
         }
     });
     addr
+}
+
+/// `(status, body)` of `GET path`, or the error as text.
+fn get(agent: &Agent, path: &str) -> Result<(u16, String), String> {
+    agent.http_get(path).map_err(|e| format!("GET {path}: {e}"))
+}
+
+#[test]
+fn a_failing_sink_fails_readiness_but_not_liveness() {
+    let dir = tempdir();
+    let input = dir.path().join("in.log");
+    append(&input, b"one\ntwo\n");
+    // Nothing listens there: every delivery fails.
+    let port = free_port();
+    let cfg = write_config(
+        dir.path(),
+        "down",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: http\n    url: \"http://127.0.0.1:{port}/ingest\"\n    batch: {{ max_events: 10, timeout_ms: 100 }}\n",
+            input.display()
+        ),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--unhealthy-after".into(), "1".into()],
+            ..Default::default()
+        },
+    );
+    wait_for(LONG, "/health/ready to fail", || {
+        match get(&agent, "/health/ready")? {
+            (503, body) if body.contains("down/sink/http_0") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (code, body) = get(&agent, "/health").expect("GET /health");
+    assert_eq!(code, 503, "the combined view keeps the sink: {body}");
+    assert!(body.contains("down/sink/http_0"), "{body}");
+    let v: serde_json::Value =
+        serde_json::from_str(&get(&agent, "/health/ready").expect("GET /health/ready").1)
+            .expect("JSON");
+    assert_eq!(v["status"], "unhealthy", "{v}");
+    assert_eq!(v["problems"][0]["component"], "down/sink/http_0", "{v}");
+    // Restarting the agent would not bring the collector back.
+    let (code, body) = get(&agent, "/health/live").expect("GET /health/live");
+    assert_eq!(code, 200, "a down sink is not a reason to restart: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["status"], "ok", "{v}");
+}
+
+#[test]
+fn a_stuck_worker_fails_liveness() {
+    let dir = tempdir();
+    let input = dir.path().join("in.log");
+    let out = dir.path().join("out.log");
+    append(&input, b"before\n");
+    let cfg = write_config(
+        dir.path(),
+        "app",
+        &simple_config(&input.display().to_string(), &out, ""),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--unhealthy-after".into(), "1".into()],
+            // The agent's test hook: the worker processing an event
+            // holding this text never returns.
+            env: vec![("PETREL_TEST_HANG_ON".into(), "HANG-EVENT".into())],
+            ..Default::default()
+        },
+    );
+    wait_lines(&out, 1);
+    for path in ["/health/live", "/health/ready", "/health"] {
+        wait_for(MEDIUM, path, || match get(&agent, path)? {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+    }
+    append(&input, b"HANG-EVENT\n");
+    wait_for(LONG, "/health/live to fail", || {
+        match get(&agent, "/health/live")? {
+            (503, body) if body.contains("thread/petrel-worker-") => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (code, body) = get(&agent, "/health/live").expect("GET /health/live");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("does not return"), "says why: {body}");
+    let (code, body) = get(&agent, "/health").expect("GET /health");
+    assert_eq!(code, 503, "the combined view has it too: {body}");
+    assert!(body.contains("thread/petrel-worker-"), "{body}");
+}
+
+#[test]
+fn a_draining_agent_is_not_ready_but_live() {
+    use std::sync::atomic::Ordering;
+    let dir = tempdir();
+    let input = dir.path().join("in.log");
+    append(&input, b"one\ntwo\n");
+    // Holds the deliveries: the shutdown has data to drain.
+    let stalled = std::sync::Arc::new(Stalled::default());
+    let addr = serve_stalled(stalled.clone());
+    let cfg = write_config(
+        dir.path(),
+        "drain",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: http\n    url: \"http://{addr}/ingest\"\n    batch: {{ max_events: 10, timeout_ms: 100 }}\n",
+            input.display()
+        ),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--shutdown-timeout".into(), "60".into()],
+            ..Default::default()
+        },
+    );
+    wait_for(MEDIUM, "a delivery held", || {
+        match stalled.held.load(Ordering::SeqCst) {
+            0 => Err("none yet".to_string()),
+            _ => Ok(()),
+        }
+    });
+    let (code, body) = get(&agent, "/health/ready").expect("GET /health/ready");
+    assert_eq!(code, 200, "running, the sink has not failed yet: {body}");
+    agent.signal(libc::SIGTERM);
+    wait_for(MEDIUM, "/health/ready to say stopping", || {
+        match get(&agent, "/health/ready")? {
+            (503, body) if body.contains("stopping") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (code, body) = get(&agent, "/health/live").expect("GET /health/live");
+    assert_eq!(code, 200, "draining is progress: {body}");
+    stalled.released.store(true, Ordering::SeqCst);
 }

@@ -44,13 +44,26 @@ const MIN_PIPELINE_BUDGET: usize = 512 << 10;
 /// pipeline panic. A test hook for panic isolation; never set in production.
 pub const PANIC_ON_ENV: &str = "PETREL_TEST_PANIC_ON";
 
-struct PanicOn(Vec<u8>);
+/// Environment variable naming a text: the worker processing an event
+/// containing it never returns. A test hook for the stuck-worker check of
+/// `/health/live`; never set in production.
+pub const HANG_ON_ENV: &str = "PETREL_TEST_HANG_ON";
+
+struct PanicOn {
+    text: Vec<u8>,
+    hang: bool,
+}
 
 impl petrel_core::plugin::Processor for PanicOn {
     fn process(&self, batch: &mut petrel_core::EventBatch) {
         for ev in &batch.events {
             if let Some(b) = batch.bytes_of(&ev.message) {
-                if memchr::memmem::find(b, &self.0).is_some() {
+                if memchr::memmem::find(b, &self.text).is_some() {
+                    if self.hang {
+                        loop {
+                            std::thread::park();
+                        }
+                    }
                     panic!("{PANIC_ON_ENV}: event contains the injected text");
                 }
             }
@@ -59,10 +72,19 @@ impl petrel_core::plugin::Processor for PanicOn {
 }
 
 fn fault_injection(metrics: &Arc<Metrics>, pipeline: &str) -> Option<ProcessorSlot> {
-    let text = std::env::var(PANIC_ON_ENV).ok().filter(|t| !t.is_empty())?;
-    tracing::warn!("{PANIC_ON_ENV} is set: events containing `{text}` will panic (test hook)");
+    let var = |name| std::env::var(name).ok().filter(|t: &String| !t.is_empty());
+    let (name, text, hang) = match (var(PANIC_ON_ENV), var(HANG_ON_ENV)) {
+        (Some(t), _) => (PANIC_ON_ENV, t, false),
+        (None, Some(t)) => (HANG_ON_ENV, t, true),
+        (None, None) => return None,
+    };
+    let what = if hang { "hang" } else { "panic" };
+    tracing::warn!("{name} is set: events containing `{text}` will {what} (test hook)");
     Some(ProcessorSlot {
-        processor: Box::new(PanicOn(text.into_bytes())),
+        processor: Box::new(PanicOn {
+            text: text.into_bytes(),
+            hang,
+        }),
         metrics: metrics.component(pipeline, "processor", "panic_on", "test_panic_on"),
     })
 }
@@ -403,6 +425,15 @@ impl Topology {
             dead.extend(p.dead_threads());
         }
         dead
+    }
+
+    /// Each processing worker's name and how long it has been busy with
+    /// one batch (see [`WorkerPool::busy_threads`]).
+    pub fn busy_threads(&self) -> Vec<(String, Duration)> {
+        self.pool
+            .as_ref()
+            .map(WorkerPool::busy_threads)
+            .unwrap_or_default()
     }
 
     /// True when there are sources and every one has finished by itself

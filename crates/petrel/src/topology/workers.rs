@@ -8,6 +8,11 @@
 //! and the pipeline switches to isolation for a while: batches are then
 //! processed one event at a time, so the event that panics is dropped and
 //! counted (`reason="panic"`) and the rest flows on.
+//!
+//! A processor that never returns (a loop on some input) cannot be caught
+//! that way: each worker stamps when it took its batch, and
+//! [`WorkerPool::busy_threads`] lets the agent report a worker busy with
+//! one batch for too long as stuck (`/health/live`).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -129,6 +134,11 @@ type Work = (Arc<PipelineRuntime>, u64, EventBatch);
 pub struct WorkerPool {
     tx: Option<Sender<Work>>,
     threads: Vec<JoinHandle<()>>,
+    /// Per worker: milliseconds after `epoch`, plus one, at which it took
+    /// the batch it is processing; 0 while it waits for work. Two relaxed
+    /// stores per batch: cheap enough to keep on always.
+    busy_since: Vec<Arc<AtomicU64>>,
+    epoch: Instant,
 }
 
 impl WorkerPool {
@@ -138,15 +148,23 @@ impl WorkerPool {
         // queue's size is bounded by the memory limit, and a source is never
         // blocked while holding its thread.
         let (tx, rx) = crossbeam_channel::unbounded::<Work>();
+        let epoch = Instant::now();
         let mut threads = Vec::with_capacity(n);
+        let mut busy_since = Vec::with_capacity(n);
         for i in 0..n.max(1) {
             let rx: Receiver<Work> = rx.clone();
+            let busy = Arc::new(AtomicU64::new(0));
+            busy_since.push(busy.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("petrel-worker-{i}"))
                     .spawn(move || {
                         while let Ok((p, seq, batch)) = rx.recv() {
+                            let now =
+                                u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+                            busy.store(now.saturating_add(1), Ordering::Relaxed);
                             run_pipeline(&p, seq, batch);
+                            busy.store(0, Ordering::Relaxed);
                         }
                     })?,
             );
@@ -154,7 +172,30 @@ impl WorkerPool {
         Ok(Self {
             tx: Some(tx),
             threads,
+            busy_since,
+            epoch,
         })
+    }
+
+    /// Each worker's name and how long it has been busy with its current
+    /// batch (zero while it waits for work). Processing a batch takes
+    /// milliseconds and never waits on a sink (their queues are
+    /// unbounded, paid by the memory budget before reading), so a long
+    /// time means a processor that does not return.
+    pub fn busy_threads(&self) -> Vec<(String, Duration)> {
+        let now = self.epoch.elapsed();
+        self.threads
+            .iter()
+            .zip(&self.busy_since)
+            .map(|(t, busy)| {
+                let name = t.thread().name().unwrap_or("petrel-worker").to_string();
+                let since = match busy.load(Ordering::Relaxed) {
+                    0 => now,
+                    ms => Duration::from_millis(ms - 1),
+                };
+                (name, now.saturating_sub(since))
+            })
+            .collect()
     }
 
     /// An emitter feeding `pipeline`.

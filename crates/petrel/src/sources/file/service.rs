@@ -822,6 +822,9 @@ impl Input {
             Ok(false) => {}
             Err(e) => {
                 self.metrics.checkpoint_errors.inc();
+                // Not ready, but live: a restart does not free a full or
+                // read-only disk, and would re-read what the unwritten
+                // offsets cover.
                 self.metrics.health.fatal(
                     "checkpoint",
                     format!("cannot write {}: {e}", self.store.path().display()),

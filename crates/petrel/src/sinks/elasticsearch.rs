@@ -31,7 +31,10 @@ use prometheus_client::metrics::counter::Counter;
 use reqwest::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
 
 use super::congestion::{Backoff, Window};
-use super::http::{compress, write_dead_letter, BodyEncoding, Builder, Compression, Request};
+use super::http::{
+    compress, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression, Request,
+    RequestSender,
+};
 use super::template::Template;
 
 /// Keys accepted by the elasticsearch sink. `id` is the document id
@@ -615,6 +618,12 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+impl RequestSender for ElasticsearchSink {
+    async fn send_request(self: Arc<Self>, req: Request, window: Arc<Window>, dm: DeliveryMetrics) {
+        self.send(req, &window, &dm).await
+    }
+}
+
 impl Sink for ElasticsearchSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
         // Events without a parsed time are stamped with the time they are
@@ -684,45 +693,16 @@ impl Sink for ElasticsearchSink {
         out.invalid_utf8 = stats.invalid_utf8;
     }
 
-    fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
-        Box::pin(async move {
-            let dm = self.metrics.delivery();
-            let window = Window::new(2, self.config.max_in_flight, dm.clone());
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut open = true;
-            let mut builder = Builder::new(
-                BodyEncoding::Ndjson,
-                self.config.max_bytes,
-                self.config.max_events,
-            );
-            while open || !builder.is_empty() {
-                let deadline = builder.deadline(self.config.linger);
-                let got = match deadline {
-                    Some(d) if open => tokio::time::timeout_at(d.into(), rx.recv()).await.ok(),
-                    None if open => Some(rx.recv().await),
-                    _ => Some(None),
-                };
-                match got {
-                    Some(Some(p)) => builder.push(p),
-                    Some(None) => open = false,
-                    None => {} // linger expired
-                }
-                let flush_all = !open
-                    || builder
-                        .deadline(self.config.linger)
-                        .is_some_and(|d| d <= Instant::now());
-                while let Some(req) = builder.take(flush_all) {
-                    window.acquire().await;
-                    let (sink, window, dm) = (self.clone(), window.clone(), dm.clone());
-                    tasks.spawn(async move {
-                        sink.send(req, &window, &dm).await;
-                        window.release();
-                    });
-                }
-                while tasks.try_join_next().is_some() {}
-            }
-            while tasks.join_next().await.is_some() {}
-        })
+    fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
+        let shape = BatchShape {
+            encoding: BodyEncoding::Ndjson,
+            max_bytes: self.config.max_bytes,
+            max_events: self.config.max_events,
+            linger: self.config.linger,
+            max_in_flight: self.config.max_in_flight,
+        };
+        let dm = self.metrics.delivery();
+        Box::pin(run_batched(self, rx, shape, dm))
     }
 }
 

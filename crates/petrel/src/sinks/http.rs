@@ -271,6 +271,82 @@ impl Drop for SharedAck {
     }
 }
 
+/// How requests are cut and sent by [`run_batched`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BatchShape {
+    /// Body layout.
+    pub encoding: BodyEncoding,
+    /// Largest request body before compression.
+    pub max_bytes: usize,
+    /// Most events per request.
+    pub max_events: usize,
+    /// Longest wait of the first event of a request.
+    pub linger: Duration,
+    /// Upper bound of the congestion window.
+    pub max_in_flight: usize,
+}
+
+/// A sink that delivers the requests [`run_batched`] builds.
+pub(super) trait RequestSender: Send + Sync + 'static {
+    /// Delivers `req` (retrying as the sink's answers table says) and
+    /// acknowledges its payloads.
+    fn send_request(
+        self: Arc<Self>,
+        req: Request,
+        window: Arc<Window>,
+        dm: DeliveryMetrics,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// Gathers payloads into requests of `shape` and sends each through
+/// `sink`, as many at once as the congestion window allows, until the
+/// queue closes and everything was answered.
+pub(super) async fn run_batched<S: RequestSender>(
+    sink: Arc<S>,
+    mut rx: PayloadReceiver,
+    shape: BatchShape,
+    dm: DeliveryMetrics,
+) {
+    let window = Window::new(2, shape.max_in_flight, dm.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut open = true;
+    let mut builder = Builder::new(shape.encoding, shape.max_bytes, shape.max_events);
+    while open || !builder.is_empty() {
+        // Wait for more data, but no longer than the linger time of the
+        // oldest event waiting.
+        let got = match builder.deadline(shape.linger) {
+            Some(d) if open => tokio::time::timeout_at(d.into(), rx.recv()).await.ok(),
+            None if open => Some(rx.recv().await),
+            _ => Some(None),
+        };
+        match got {
+            Some(Some(p)) => builder.push(p),
+            Some(None) => open = false,
+            None => {} // linger expired
+        }
+        let flush_all = !open
+            || builder
+                .deadline(shape.linger)
+                .is_some_and(|d| d <= Instant::now());
+        while let Some(req) = builder.take(flush_all) {
+            window.acquire().await;
+            let (sink, window, dm) = (sink.clone(), window.clone(), dm.clone());
+            tasks.spawn(async move {
+                sink.send_request(req, window.clone(), dm).await;
+                window.release();
+            });
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+impl RequestSender for HttpSink {
+    async fn send_request(self: Arc<Self>, req: Request, window: Arc<Window>, dm: DeliveryMetrics) {
+        self.send(req, &window, &dm).await
+    }
+}
+
 impl Sink for HttpSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
         out.invalid_utf8 = encode_batch(
@@ -282,47 +358,16 @@ impl Sink for HttpSink {
         .invalid_utf8;
     }
 
-    fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
-        Box::pin(async move {
-            let dm = self.metrics.delivery();
-            let window = Window::new(2, self.config.max_in_flight, dm.clone());
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut open = true;
-            let mut builder = Builder::new(
-                self.config.encoding,
-                self.config.max_bytes,
-                self.config.max_events,
-            );
-            while open || !builder.is_empty() {
-                // Wait for more data, but no longer than the linger time of
-                // the oldest event waiting.
-                let deadline = builder.deadline(self.config.linger);
-                let got = match deadline {
-                    Some(d) if open => tokio::time::timeout_at(d.into(), rx.recv()).await.ok(),
-                    None if open => Some(rx.recv().await),
-                    _ => Some(None),
-                };
-                match got {
-                    Some(Some(p)) => builder.push(p),
-                    Some(None) => open = false,
-                    None => {} // linger expired
-                }
-                let flush_all = !open
-                    || builder
-                        .deadline(self.config.linger)
-                        .is_some_and(|d| d <= Instant::now());
-                while let Some(req) = builder.take(flush_all) {
-                    window.acquire().await;
-                    let (sink, window, dm) = (self.clone(), window.clone(), dm.clone());
-                    tasks.spawn(async move {
-                        sink.send(req, &window, &dm).await;
-                        window.release();
-                    });
-                }
-                while tasks.try_join_next().is_some() {}
-            }
-            while tasks.join_next().await.is_some() {}
-        })
+    fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
+        let shape = BatchShape {
+            encoding: self.config.encoding,
+            max_bytes: self.config.max_bytes,
+            max_events: self.config.max_events,
+            linger: self.config.linger,
+            max_in_flight: self.config.max_in_flight,
+        };
+        let dm = self.metrics.delivery();
+        Box::pin(run_batched(self, rx, shape, dm))
     }
 }
 

@@ -115,6 +115,17 @@ impl PipelineBudget {
             .store(1500 + 2000 * sinks, Ordering::Relaxed);
     }
 
+    /// The largest read whose reservation fits in half this pipeline's
+    /// limit (at least 16 KiB). An empty budget accepts any single charge
+    /// (see [`Self::try_charge`]), so without this bound one read of small
+    /// lines for a verbose sink encoding (a reservation many times the
+    /// read) could alone exceed the limit; half leaves room for the next
+    /// read while one is delivered.
+    pub fn largest_read(&self) -> usize {
+        let amp = self.amplification.load(Ordering::Relaxed).max(1000) as u128;
+        ((self.limit as u128 / 2 * 1000 / amp).min(usize::MAX as u128) as usize).max(16 << 10)
+    }
+
     /// Bytes to reserve before reading `input` bytes: enough for the whole
     /// life of the batch (processing and every sink's encoded copy).
     pub fn reservation(&self, input: usize) -> usize {
@@ -311,6 +322,19 @@ mod tests {
             .expect("an empty budget takes one oversized item");
         assert!(a.try_charge(1).is_none());
         drop(big);
+    }
+
+    #[test]
+    fn reads_are_sized_so_their_reservation_fits_the_limit() {
+        let g = MemoryBudget::new(64 << 20);
+        let p = PipelineBudget::new(g, 4 << 20);
+        assert!(p.reservation(p.largest_read()) <= p.limit() / 2);
+        // Small lines into a verbose encoding: 16 bytes held per byte read.
+        p.learn(1000, 16_000);
+        assert_eq!(p.largest_read(), 128 << 10);
+        assert!(p.reservation(p.largest_read()) <= p.limit() / 2);
+        p.learn(1000, 1_000_000);
+        assert_eq!(p.largest_read(), 16 << 10, "never below one small read");
     }
 
     #[test]

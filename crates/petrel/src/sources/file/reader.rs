@@ -357,7 +357,9 @@ impl FileReader {
             if avail == 0 {
                 return self.at_eof(ctx);
             }
-            let want = (avail as usize).min(ctx.block_bytes);
+            let want = (avail as usize)
+                .min(ctx.block_bytes)
+                .min(ctx.budget.largest_read());
             let total = self.carry.len() + want;
             let Some(mut charge) = ctx.budget.try_charge(ctx.budget.reservation(total)) else {
                 ctx.pauses.inc();

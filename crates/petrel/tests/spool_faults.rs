@@ -8,7 +8,7 @@ mod common;
 
 use std::io::Write;
 use std::net::UdpSocket;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,6 +20,19 @@ fn numbered_body(from: usize, n: usize, pad: &str) -> String {
     (from..from + n)
         .map(|i| format!("line {i:08} {pad}\n"))
         .collect()
+}
+
+/// Writes pipeline `name`: the `sources` YAML (list items) into a file
+/// sink at `out` with `encoding`.
+fn to_file(dir: &Path, name: &str, sources: &str, out: &Path, encoding: &str) -> PathBuf {
+    write_config(
+        dir,
+        name,
+        &format!(
+            "sources:\n{sources}sinks:\n  - type: file\n    path: {}\n    encoding: {encoding}\n",
+            out.display()
+        ),
+    )
 }
 
 /// Every `line NNNNNNNN` number found in the `message` of the ndjson
@@ -52,13 +65,12 @@ fn http_spool_capped_below_a_segment_keeps_accepting_with_a_healthy_sink() {
     let out = dir.path().join("out.ndjson");
     let data = dir.path().join("data");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = to_file(
         dir.path(),
         "small",
-        &format!(
-            "sources:\n  - type: http\n    address: 127.0.0.1:{port}\n    path: /ingest\n    max_body_bytes: 1MiB\n    buffer: {{ type: disk, max_bytes: 4MiB }}\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
-            out.display()
-        ),
+        &format!("  - type: http\n    address: 127.0.0.1:{port}\n    path: /ingest\n    max_body_bytes: 1MiB\n    buffer: {{ type: disk, max_bytes: 4MiB }}\n"),
+        &out,
+        "ndjson",
     );
     let mut agent = Agent::start(&cfg, &data);
     let pad = "p".repeat(180);
@@ -106,13 +118,12 @@ fn tcp_spool_capped_at_2_mib_delivers_everything_with_a_healthy_sink() {
     let out = dir.path().join("out.log");
     let data = dir.path().join("data");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = to_file(
         dir.path(),
         "tcp2m",
-        &format!(
-            "sources:\n  - type: tcp\n    address: 127.0.0.1:{port}\n    buffer: {{ type: disk, max_bytes: 2MiB }}\nsinks:\n  - type: file\n    path: {}\n    encoding: text\n",
-            out.display()
-        ),
+        &format!("  - type: tcp\n    address: 127.0.0.1:{port}\n    buffer: {{ type: disk, max_bytes: 2MiB }}\n"),
+        &out,
+        "text",
     );
     let mut agent = Agent::start(&cfg, &data);
     let pad = "t".repeat(185);
@@ -146,14 +157,12 @@ fn a_long_running_pipe_with_a_2_mib_cap_drops_nothing_while_the_agent_keeps_up()
     let dir = tempdir();
     let spool = dir.path().join("spool");
     let out = dir.path().join("out.log");
-    let cfg = write_config(
+    let cfg = to_file(
         dir.path(),
         "piped",
-        &format!(
-            "sources:\n  - type: spool\n    path: {}\nsinks:\n  - type: file\n    path: {}\n    encoding: text\n",
-            spool.display(),
-            out.display()
-        ),
+        &format!("  - type: spool\n    path: {}\n", spool.display()),
+        &out,
+        "text",
     );
     std::fs::create_dir_all(&spool).unwrap();
     let mut agent = Agent::start(&cfg, &dir.path().join("data"));
@@ -207,13 +216,12 @@ fn a_full_disk_under_the_http_source_is_refused_with_its_reason_and_unhealthy() 
     std::fs::create_dir_all(&data).unwrap();
     let _fs = Tmpfs::mount(&data, "16m");
     let port = free_port();
-    let cfg = write_config(
+    let cfg = to_file(
         dir.path(),
         "fulldisk",
-        &format!(
-            "sources:\n  - type: http\n    address: 127.0.0.1:{port}\n    path: /ingest\n    max_body_bytes: 1MiB\n    buffer: {{ type: disk, max_bytes: 64MiB }}\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
-            out.display()
-        ),
+        &format!("  - type: http\n    address: 127.0.0.1:{port}\n    path: /ingest\n    max_body_bytes: 1MiB\n    buffer: {{ type: disk, max_bytes: 64MiB }}\n"),
+        &out,
+        "ndjson",
     );
     let mut agent = Agent::start(&cfg, &data);
     let (code, _) = post(port, "/ingest", &[], b"before the disk filled\n");
@@ -301,14 +309,12 @@ fn a_damaged_spool_record_loses_only_itself_and_its_segment_is_quarantined() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x5a;
     std::fs::write(&seg, &bytes).unwrap();
-    let cfg = write_config(
+    let cfg = to_file(
         dir.path(),
         "damaged",
-        &format!(
-            "sources:\n  - type: spool\n    path: {}\nsinks:\n  - type: file\n    path: {}\n    encoding: text\n",
-            spool.display(),
-            out.display()
-        ),
+        &format!("  - type: spool\n    path: {}\n", spool.display()),
+        &out,
+        "text",
     );
     let mut agent = Agent::start(&cfg, &dir.path().join("data"));
     let mut l = component("damaged", "source", "spool_0");

@@ -232,8 +232,32 @@ fn kill9_agent_then_restart_loses_nothing() {
     let dir = tempdir();
     let app = dir.path().join("app.log");
     let data = dir.path().join("data");
-    let all: String = (0..N).map(numbered_line).collect();
-    std::fs::write(&app, all).unwrap();
+    // The agent delivers a few hundred thousand lines per second, faster
+    // than this test can look: a writer appends the stream in paced chunks
+    // and holds back the last part until the kill, so the kill always lands
+    // in the middle of the stream whatever the machine's speed.
+    const HELD_BACK: usize = 100_000;
+    std::fs::write(&app, "").unwrap();
+    let killed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let app = app.clone();
+        let killed = killed.clone();
+        std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().append(true).open(&app).unwrap();
+            let mut next = 0;
+            while next < N {
+                if next >= N - HELD_BACK && !killed.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                let end = (next + 5_000).min(N);
+                let chunk: String = (next..end).map(numbered_line).collect();
+                f.write_all(chunk.as_bytes()).unwrap();
+                next = end;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
     let cfg = write_config(
         dir.path(),
         "crash",
@@ -258,10 +282,15 @@ fn kill9_agent_then_restart_loses_nothing() {
     std::thread::sleep(Duration::from_millis(250));
     let at_kill = agent.metric_or_zero("petrel_component_sent_events_total", &sink);
     agent.kill9();
+    killed.store(true, std::sync::atomic::Ordering::SeqCst);
     let per_second = ((at_kill - before).max(0.0) * 4.0) as usize;
     eprintln!("kill -9 at {at_kill} delivered of {N}, {per_second} per second");
-    assert!((at_kill as usize) < N, "killed too late to test anything");
+    assert!(
+        (at_kill as usize) <= N - HELD_BACK,
+        "more was delivered than was written before the kill"
+    );
     let _agent = Agent::start_with(&cfg, &data, opts());
+    writer.join().unwrap();
     let msgs = consume(
         &broker.bootstrap(),
         &["crash"],

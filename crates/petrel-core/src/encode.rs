@@ -82,6 +82,9 @@ pub struct JsonShape<'a> {
     /// (rendered once per batch, not per event); `None` writes no time
     /// for them.
     pub default_time: Option<&'a [u8]>,
+    /// Fields (and batch metadata) left out, such as those a Loki sink
+    /// turned into stream labels.
+    pub skip: &'a [&'a str],
 }
 
 impl JsonShape<'static> {
@@ -89,6 +92,7 @@ impl JsonShape<'static> {
     pub const NDJSON: Self = Self {
         time_key: "timestamp",
         default_time: None,
+        skip: &[],
     };
 }
 
@@ -109,7 +113,9 @@ pub fn write_event_json(
     // A `file` field set by a processor takes the place of the source
     // path; a parsed event time that of a field named like the time key.
     // Each key is written once.
+    let skip_file = shape.skip.contains(&"file");
     match ev.fields.iter().find(|(k, _)| k == "file") {
+        _ if skip_file => {}
         Some((_, v)) => {
             out.extend_from_slice(b",\"file\":");
             write_json_value(batch, v, out, stats);
@@ -121,7 +127,7 @@ pub fn write_event_json(
         None => {}
     }
     for (k, v) in &batch.source.meta[..] {
-        if !ev.fields.iter().any(|(f, _)| f == k) {
+        if !ev.fields.iter().any(|(f, _)| f == k) && !shape.skip.iter().any(|s| s == k) {
             out.push(b',');
             write_json_key(k, out);
             out.push(b':');
@@ -143,7 +149,7 @@ pub fn write_event_json(
         out.push(b'"');
     }
     for (k, v) in &ev.fields {
-        if k == "file" || (has_time && k == shape.time_key) {
+        if k == "file" || (has_time && k == shape.time_key) || shape.skip.iter().any(|s| s == k) {
             continue;
         }
         out.push(b',');

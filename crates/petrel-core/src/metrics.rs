@@ -62,6 +62,8 @@ pub struct Metrics {
     pub backpressure_pauses: Family<Labels, Counter>,
     retried_events: Family<Labels, Counter>,
     duplicates_skipped: Family<Labels, Counter>,
+    stream_overflow: Family<Labels, Counter>,
+    out_of_order: Family<Labels, Counter>,
     in_flight: Family<Labels, Gauge>,
     window: Family<Labels, Gauge>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
@@ -140,6 +142,8 @@ impl Metrics {
             backpressure_pauses: Family::default(),
             retried_events: Family::default(),
             duplicates_skipped: Family::default(),
+            stream_overflow: Family::default(),
+            out_of_order: Family::default(),
             in_flight: Family::default(),
             window: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
@@ -260,6 +264,16 @@ impl Metrics {
             m.duplicates_skipped.clone(),
         );
         r.register(
+            "component_stream_overflow_events",
+            "Events sent with overflow label values because the sink's label sets reached max_streams",
+            m.stream_overflow.clone(),
+        );
+        r.register(
+            "component_out_of_order_events",
+            "Entries older than what the sink already sent for their stream",
+            m.out_of_order.clone(),
+        );
+        r.register(
             "component_in_flight_batches",
             "Batches a sink is delivering now",
             m.in_flight.clone(),
@@ -371,6 +385,22 @@ impl ComponentMetrics {
     pub fn duplicates_skipped(&self) -> Counter {
         self.metrics
             .duplicates_skipped
+            .get_or_create(&self.labels)
+            .clone()
+    }
+
+    /// The counter of events a sink sent under overflow labels.
+    pub fn stream_overflow(&self) -> Counter {
+        self.metrics
+            .stream_overflow
+            .get_or_create(&self.labels)
+            .clone()
+    }
+
+    /// The counter of entries older than their stream's newest sent one.
+    pub fn out_of_order(&self) -> Counter {
+        self.metrics
+            .out_of_order
             .get_or_create(&self.labels)
             .clone()
     }

@@ -38,6 +38,8 @@ pub static SINKS: &[&SinkPlugin] = &[
     &sinks::http::PLUGIN,
     #[cfg(feature = "elasticsearch")]
     &sinks::elasticsearch::PLUGIN,
+    #[cfg(feature = "loki")]
+    &sinks::loki::PLUGIN,
 ];
 
 /// Type names of `plugins`, for messages.

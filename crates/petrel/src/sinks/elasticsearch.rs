@@ -28,8 +28,9 @@ use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonSha
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
-use reqwest::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
+use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
+use super::client::{answer_text, parse_auth, parse_tls, retry_after, Auth, Tls};
 use super::congestion::{Backoff, Window};
 use super::http::{
     compress, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression, Request,
@@ -78,50 +79,6 @@ pub enum DocId {
     None,
     /// A `{{ field }}` template; server-assigned when a field is missing.
     Template(Template),
-}
-
-/// Credentials sent with every request.
-#[derive(Clone)]
-pub enum Auth {
-    /// No `Authorization` header.
-    None,
-    /// HTTP basic authentication.
-    Basic {
-        /// User name.
-        user: String,
-        /// Password.
-        password: String,
-    },
-    /// `Authorization: ApiKey <key>` (the encoded key the server returns).
-    ApiKey(String),
-    /// `Authorization: Bearer <token>`.
-    Bearer(String),
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print secrets (config dumps, error messages).
-        f.write_str(match self {
-            Auth::None => "None",
-            Auth::Basic { .. } => "Basic(..)",
-            Auth::ApiKey(_) => "ApiKey(..)",
-            Auth::Bearer(_) => "Bearer(..)",
-        })
-    }
-}
-
-/// TLS settings for https endpoints.
-#[derive(Debug, Clone, Default)]
-pub struct Tls {
-    /// PEM file of the certificate authorities to trust (beside the
-    /// Mozilla roots).
-    pub ca_file: Option<std::path::PathBuf>,
-    /// PEM client certificate (with `key_file`).
-    pub cert_file: Option<std::path::PathBuf>,
-    /// PEM private key of the client certificate.
-    pub key_file: Option<std::path::PathBuf>,
-    /// Verify the server's certificate (default true).
-    pub verify: bool,
 }
 
 /// An index name: `{{ field }}` templates, and strftime (`%Y.%m.%d`) of
@@ -245,55 +202,6 @@ pub struct ElasticsearchConfig {
     pub timeout: Duration,
     /// Upper bound of the congestion window, in requests.
     pub max_in_flight: usize,
-}
-
-fn env_str(n: Node<'_>, what: &str) -> Option<String> {
-    let raw = n.as_str()?;
-    match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok()) {
-        Ok(s) => Some(s.into_owned()),
-        Err(e) => {
-            n.error(format!("`{what}`: {e}"));
-            None
-        }
-    }
-}
-
-fn parse_auth(n: Node<'_>) -> Option<Auth> {
-    let m = n.as_map(&["strategy", "user", "password", "api_key", "token"])?;
-    let strategy = m
-        .required("strategy", "basic")?
-        .as_choice(&["basic", "api_key", "bearer"])?;
-    let need = |key: &str, example: &str| -> Option<String> {
-        let node = m.required(key, example)?;
-        env_str(node, key)
-    };
-    Some(match strategy {
-        "basic" => Auth::Basic {
-            user: need("user", "elastic")?,
-            password: need("password", "\"${ES_PASSWORD}\"")?,
-        },
-        "api_key" => Auth::ApiKey(need("api_key", "\"${ES_API_KEY}\"")?),
-        _ => Auth::Bearer(need("token", "\"${ES_TOKEN}\"")?),
-    })
-}
-
-fn parse_tls(n: Node<'_>) -> Option<Tls> {
-    let m = n.as_map(&["ca_file", "cert_file", "key_file", "verify"])?;
-    let path = |key: &str| {
-        m.get(key)
-            .and_then(|k| k.as_str().map(|p| crate::paths::resolve_path(k, p)))
-    };
-    let tls = Tls {
-        ca_file: path("ca_file"),
-        cert_file: path("cert_file"),
-        key_file: path("key_file"),
-        verify: m.bool("verify").unwrap_or(true),
-    };
-    if tls.cert_file.is_some() != tls.key_file.is_some() {
-        n.error("`tls`: `cert_file` and `key_file` go together (a client certificate and its key)");
-        return None;
-    }
-    Some(tls)
 }
 
 impl ElasticsearchConfig {
@@ -475,32 +383,7 @@ fn bulk_url(base: &reqwest::Url, pipeline: Option<&str>) -> reqwest::Url {
 impl ElasticsearchSink {
     /// Builds the HTTP client (TLS settings, timeouts).
     pub fn new(c: &ElasticsearchConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
-        let mut b = reqwest::Client::builder().timeout(c.timeout);
-        if let Some(ca) = &c.tls.ca_file {
-            let pem = std::fs::read(ca)
-                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?
-            {
-                b = b.add_root_certificate(cert);
-            }
-        }
-        if let (Some(cert), Some(key)) = (&c.tls.cert_file, &c.tls.key_file) {
-            let mut pem = std::fs::read(cert)
-                .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
-            pem.push(b'\n');
-            pem.extend(
-                std::fs::read(key)
-                    .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?,
-            );
-            b = b.identity(
-                reqwest::Identity::from_pem(&pem)
-                    .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?,
-            );
-        }
-        if !c.tls.verify {
-            b = b.danger_accept_invalid_certs(true);
-        }
+        let client = super::client::build_client(&c.tls, c.timeout)?;
         let endpoints = c
             .endpoints
             .iter()
@@ -513,7 +396,7 @@ impl ElasticsearchSink {
             .collect();
         Ok(Self {
             config: c.clone(),
-            client: b.build()?,
+            client,
             endpoints,
             next: AtomicUsize::new(0),
             server: OnceLock::new(),
@@ -558,12 +441,7 @@ impl ElasticsearchSink {
     }
 
     fn with_auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.config.auth {
-            Auth::None => rb,
-            Auth::Basic { user, password } => rb.basic_auth(user, Some(password)),
-            Auth::ApiKey(k) => rb.header(AUTHORIZATION, format!("ApiKey {k}")),
-            Auth::Bearer(t) => rb.header(AUTHORIZATION, format!("Bearer {t}")),
-        }
+        self.config.auth.apply(rb)
     }
 
     /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
@@ -635,6 +513,7 @@ impl Sink for ElasticsearchSink {
         let shape = JsonShape {
             time_key: "@timestamp",
             default_time: Some(&now_text),
+            skip: &[],
         };
         // A name without fields depends only on the time, to the second:
         // rendered and escaped once per second that occurs in the batch
@@ -740,23 +619,6 @@ struct BulkError {
     kind: String,
     #[serde(default)]
     reason: String,
-}
-
-fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
-    resp.headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s.min(300)))
-}
-
-async fn answer_text(resp: reqwest::Response) -> String {
-    resp.text()
-        .await
-        .unwrap_or_default()
-        .chars()
-        .take(1024)
-        .collect()
 }
 
 impl ElasticsearchSink {

@@ -5,12 +5,15 @@
 //! after its data reached the destination.
 
 pub mod blackhole;
+pub mod client;
 pub mod congestion;
 #[cfg(feature = "elasticsearch")]
 pub mod elasticsearch;
 pub mod file;
 pub mod http;
 pub mod kafka;
+#[cfg(feature = "loki")]
+pub mod loki;
 pub mod stdout;
 pub mod template;
 mod writer;

@@ -89,6 +89,14 @@ impl Template {
         complete
     }
 
+    /// The field names the template reads.
+    pub fn fields(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Field(f) => Some(f.as_str()),
+            Part::Lit(_) => None,
+        })
+    }
+
     /// The literal parts, for checking them when the template is parsed.
     pub fn literals(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {

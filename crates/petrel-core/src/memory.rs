@@ -106,13 +106,13 @@ impl PipelineBudget {
     }
 
     /// Sets the first estimate of [`PipelineBudget::reservation`]'s ratio
-    /// for a pipeline with `sinks` sinks, before any batch was measured:
-    /// the data and its event descriptors, and two bytes per byte read for
-    /// each sink's encoded copy (ndjson of short lines), so that the first
-    /// reads do not overshoot the limit many times over.
-    pub fn expect_sinks(&self, sinks: usize) {
-        self.amplification
-            .store(1500 + 2000 * sinks, Ordering::Relaxed);
+    /// before any batch was measured: the data and its event descriptors,
+    /// plus each sink's encoded copy (`sink_hints`, in thousandths per
+    /// byte read, see `Sink::expansion_hint`), so that the first reads do
+    /// not overshoot the limit many times over.
+    pub fn expect_sinks(&self, sink_hints: impl IntoIterator<Item = usize>) {
+        let sinks: usize = sink_hints.into_iter().sum();
+        self.amplification.store(1500 + sinks, Ordering::Relaxed);
     }
 
     /// The largest read whose reservation fits in half this pipeline's

@@ -88,6 +88,15 @@ pub trait Sink: Send + Sync + 'static {
     /// Delivers payloads until the queue closes, acknowledging each after
     /// delivery. Returning ends the sink.
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture;
+
+    /// Bytes of encoded output this sink may write per byte read, in
+    /// thousandths, for short lines: the first estimate of a pipeline's
+    /// memory per byte read, before any batch was measured. Too low, and
+    /// the first read of a verbose encoding (an action line and field
+    /// names per event) alone holds several times the memory limit.
+    fn expansion_hint(&self) -> usize {
+        2000
+    }
 }
 
 /// Where a source hands its batches: the entry of a pipeline's processor

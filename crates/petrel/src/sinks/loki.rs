@@ -633,6 +633,12 @@ impl Sink for LokiSink {
         out.invalid_utf8 = stats.invalid_utf8;
     }
 
+    fn expansion_hint(&self) -> usize {
+        // A short line's record: its label set, the time and a JSON line
+        // with field names and metadata, ~7x a 20-byte line.
+        8_000
+    }
+
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
         let shape = BatchShape {
             encoding: BodyEncoding::Ndjson,

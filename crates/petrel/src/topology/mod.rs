@@ -310,7 +310,7 @@ impl Topology {
         };
         let p = b.config;
         let budget = PipelineBudget::new(self.budget.clone(), per_pipeline);
-        budget.expect_sinks(b.sinks.len());
+        budget.expect_sinks(b.sinks.iter().map(|(s, _)| s.expansion_hint()));
         let mut sinks = Vec::new();
         let mut sink_tasks = Vec::new();
         for (sink, metrics) in b.sinks {

@@ -72,6 +72,23 @@ def write_pipeline(path, log_file, sink, read_from, parse=None):
         sink_yaml = "  - type: blackhole\n"
     elif sink in ("text", "ndjson"):
         sink_yaml = f"  - type: file\n    path: /dev/null\n    encoding: {sink}\n"
+    elif sink.startswith("ndjson-file:"):
+        # A real file (on tmpfs in bench/sinks.sh): the write is paid.
+        sink_yaml = (f"  - type: file\n    path: {json.dumps(sink[len('ndjson-file:'):])}\n"
+                     "    encoding: ndjson\n")
+    elif sink.startswith("elasticsearch:"):
+        sink_yaml = (f"  - type: elasticsearch\n    endpoints: [{json.dumps(sink[len('elasticsearch:'):])}]\n"
+                     "    index: bench\n")
+    elif sink.startswith("loki:") or sink.startswith("loki-json:"):
+        kind, url = sink.split(":", 1)
+        enc = "json" if kind == "loki-json" else "protobuf"
+        sink_yaml = (f"  - type: loki\n    endpoint: {json.dumps(url)}\n    encoding: {enc}\n"
+                     "    labels: { level: \"{{ level }}\" }\n")
+    elif sink.startswith("http:"):
+        sink_yaml = f"  - type: http\n    url: {json.dumps(sink[len('http:'):])}\n"
+    elif sink.startswith("opentelemetry:"):
+        sink_yaml = (f"  - type: opentelemetry\n    endpoint: {json.dumps(sink[len('opentelemetry:'):] + '/v1/logs')}\n"
+                     "    protocol: http\n")
     elif sink.startswith("kafka:"):
         # kafka:HOST:PORT, a broker started by bench/pipelines.sh.
         sink_yaml = (f"  - type: kafka\n    brokers: [{json.dumps(sink[len('kafka:'):])}]\n"
@@ -625,7 +642,9 @@ def main():
     t.add_argument("--file", required=True)
     t.add_argument("--lines", type=int, required=True,
                    help="events expected at the sink; 0 = wait for committed offset == size")
-    t.add_argument("--sink", required=True, choices=["blackhole", "text", "ndjson"])
+    t.add_argument("--sink", required=True,
+                   help="blackhole, text, ndjson (file sink on /dev/null), ndjson-file:PATH, "
+                        "elasticsearch:URL, loki:URL, loki-json:URL, http:URL, opentelemetry:URL")
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--workdir", required=True)
     t.add_argument("--timeout", type=float, default=600)

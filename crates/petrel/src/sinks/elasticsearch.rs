@@ -33,8 +33,8 @@ use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use super::client::{answer_text, parse_auth, parse_tls, retry_after, Auth, Tls};
 use super::congestion::{Backoff, Window};
 use super::http::{
-    compress, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression, Request,
-    RequestSender,
+    compress_shared, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression,
+    Request, RequestSender,
 };
 use super::template::Template;
 
@@ -678,7 +678,7 @@ impl ElasticsearchSink {
         Ok(())
     }
 
-    async fn bulk(&self, body: Vec<u8>, items: usize) -> Answer {
+    async fn bulk(&self, body: bytes::Bytes, items: usize) -> Answer {
         let e = self.pick();
         if let Err(a) = self.discover(e).await {
             return a;
@@ -710,6 +710,11 @@ impl ElasticsearchSink {
                 }
             };
             self.endpoint_ok(e);
+            // `errors: false` means every item succeeded: the per-item
+            // statuses (10,000 objects) need no reading.
+            if text.starts_with(b"{\"errors\":false") {
+                return Answer::Items(vec![(200, String::new()); items]);
+            }
             return match serde_json::from_slice::<BulkAnswer>(&text) {
                 Ok(a) if a.items.len() == items => Answer::Items(
                     a.items
@@ -759,19 +764,24 @@ impl ElasticsearchSink {
     }
 
     /// The body of records `which` of `req`.
-    fn body_of(req: &Request, which: &[usize]) -> Vec<u8> {
+    /// The bulk body of records `which` of `req`: the request's body
+    /// itself (shared, not copied) when that is all of them.
+    fn body_of(req: &Request, whole: &bytes::Bytes, which: &[usize]) -> bytes::Bytes {
+        if which.len() == req.records.len() && which.iter().enumerate().all(|(n, &i)| n == i) {
+            return whole.clone();
+        }
         let mut body = Vec::with_capacity(which.iter().map(|&i| req.records[i].len() + 1).sum());
         for &i in which {
-            body.extend_from_slice(&req.body[req.records[i].clone()]);
+            body.extend_from_slice(&whole[req.records[i].clone()]);
             body.push(b'\n');
         }
-        body
+        body.into()
     }
 
     /// Sets record `i` of `req` aside in the dead-letter file; false when
     /// there is none or it cannot be written (the record is retried).
-    fn set_aside(&self, req: &Request, i: usize, status: u16, reason: &str) -> bool {
-        let record = &req.body[req.records[i].clone()];
+    fn set_aside(&self, req: &Request, whole: &[u8], i: usize, status: u16, reason: &str) -> bool {
+        let record = &whole[req.records[i].clone()];
         // The record is the action line and the document: the document
         // goes to the file, the action's index in the answer text.
         let (action, doc) = match memchr::memchr(b'\n', record) {
@@ -813,14 +823,17 @@ impl ElasticsearchSink {
         let started = Instant::now();
         // Groups of records still to deliver; a request answered 413 is
         // split in halves.
+        // The body as the builder wrote it is the bulk body of all records:
+        // shared by the first attempt and by retries, never copied.
+        let whole = bytes::Bytes::from(std::mem::take(&mut req.body));
         let mut todo: Vec<Vec<usize>> = vec![(0..req.records.len()).collect()];
         let mut backoff = Backoff::default();
         let mut refused_backoff = Duration::from_millis(500);
         let mut dead_lettered = 0u64;
         while let Some(mut pending) = todo.pop() {
             while !pending.is_empty() {
-                let raw = Self::body_of(&req, &pending);
-                let body = match compress(self.config.compression, &raw) {
+                let raw = Self::body_of(&req, &whole, &pending);
+                let body = match compress_shared(self.config.compression, raw) {
                     Ok(b) => b,
                     Err(e) => {
                         // Dropping the request reports the failure.
@@ -849,7 +862,7 @@ impl ElasticsearchSink {
                                     retry.push(i);
                                 }
                                 _ => {
-                                    if self.set_aside(&req, i, status, &reason) {
+                                    if self.set_aside(&req, &whole, i, status, &reason) {
                                         dead_lettered += 1;
                                     } else {
                                         held = true;
@@ -911,7 +924,7 @@ impl ElasticsearchSink {
                     }
                     Answer::TooLarge => {
                         let text = "413: one document is larger than the server accepts (http.max_content_length)";
-                        if self.set_aside(&req, pending[0], 413, text) {
+                        if self.set_aside(&req, &whole, pending[0], 413, text) {
                             dead_lettered += 1;
                             break;
                         }
@@ -919,7 +932,7 @@ impl ElasticsearchSink {
                         refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
                     }
                     Answer::Refused(status, text) => {
-                        if self.set_aside(&req, pending[0], status, &text) {
+                        if self.set_aside(&req, &whole, pending[0], status, &text) {
                             dead_lettered += 1;
                             break;
                         }

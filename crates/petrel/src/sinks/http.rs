@@ -517,7 +517,7 @@ const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(30);
 const LOUD_EVERY: Duration = Duration::from_secs(10);
 
 impl HttpSink {
-    async fn post(&self, body: Vec<u8>) -> Outcome {
+    async fn post(&self, body: bytes::Bytes) -> Outcome {
         let mut rb = self.client.post(self.config.url.clone()).body(body);
         rb = rb.header(
             CONTENT_TYPE,
@@ -580,9 +580,14 @@ impl HttpSink {
     }
 
     /// The body of records `range` of `req`, in the sink's encoding.
-    fn body_of(&self, req: &Request, range: std::ops::Range<usize>) -> Vec<u8> {
+    fn body_of(
+        &self,
+        req: &Request,
+        whole: &bytes::Bytes,
+        range: std::ops::Range<usize>,
+    ) -> bytes::Bytes {
         if range == (0..req.records.len()) {
-            return req.body.clone();
+            return whole.clone();
         }
         let mut body = Vec::new();
         if self.config.encoding == BodyEncoding::JsonArray {
@@ -592,7 +597,7 @@ impl HttpSink {
             if self.config.encoding == BodyEncoding::JsonArray && n > 0 {
                 body.push(b',');
             }
-            body.extend_from_slice(&req.body[r.clone()]);
+            body.extend_from_slice(&whole[r.clone()]);
             if self.config.encoding == BodyEncoding::Ndjson {
                 body.push(b'\n');
             }
@@ -600,7 +605,7 @@ impl HttpSink {
         if self.config.encoding == BodyEncoding::JsonArray {
             body.push(b']');
         }
-        body
+        body.into()
     }
 
     /// Appends a refused record to the dead-letter file.
@@ -625,13 +630,16 @@ impl HttpSink {
         let started = Instant::now();
         // Record ranges still to deliver; a refused request is split in
         // halves until each refused record is alone.
+        // The body as the builder wrote it: shared by every attempt that
+        // sends all of it, never copied.
+        let whole = bytes::Bytes::from(std::mem::take(&mut req.body));
         let mut todo: Vec<std::ops::Range<usize>> = Vec::new();
         todo.push(0..req.records.len());
         let mut backoff = Backoff::default();
         let mut refused_backoff = Duration::from_millis(500);
         while let Some(range) = todo.pop() {
-            let raw = self.body_of(&req, range.clone());
-            let body = match compress(self.config.compression, &raw) {
+            let raw = self.body_of(&req, &whole, range.clone());
+            let body = match compress_shared(self.config.compression, raw) {
                 Ok(b) => b,
                 Err(e) => {
                     // Dropping the request reports the failure.
@@ -675,7 +683,7 @@ impl HttpSink {
                             todo.push(range.start..mid);
                             break;
                         }
-                        let record = &req.body[req.records[range.start].clone()];
+                        let record = &whole[req.records[range.start].clone()];
                         let Some(path) = self.config.dead_letter.clone() else {
                             self.metrics.error("rejected", 1);
                             self.metrics
@@ -745,6 +753,15 @@ pub(super) fn write_dead_letter(
         .open(path)?;
     f.write_all(line.as_bytes())?;
     f.sync_data()
+}
+
+/// Like [`compress`], for a body that may be sent as it is: without
+/// compression it is passed on, not copied.
+pub(super) fn compress_shared(c: Compression, body: bytes::Bytes) -> std::io::Result<bytes::Bytes> {
+    match c {
+        Compression::None => Ok(body),
+        _ => compress(c, &body).map(Into::into),
+    }
 }
 
 pub(super) fn compress(c: Compression, body: &[u8]) -> std::io::Result<Vec<u8>> {

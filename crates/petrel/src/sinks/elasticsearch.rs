@@ -110,19 +110,8 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-/// TLS settings for https endpoints.
-#[derive(Debug, Clone, Default)]
-pub struct Tls {
-    /// PEM file of the certificate authorities to trust (beside the
-    /// Mozilla roots).
-    pub ca_file: Option<std::path::PathBuf>,
-    /// PEM client certificate (with `key_file`).
-    pub cert_file: Option<std::path::PathBuf>,
-    /// PEM private key of the client certificate.
-    pub key_file: Option<std::path::PathBuf>,
-    /// Verify the server's certificate (default true).
-    pub verify: bool,
-}
+use super::tls::parse_tls;
+pub use super::tls::Tls;
 
 /// An index name: `{{ field }}` templates, and strftime (`%Y.%m.%d`) of
 /// the event time in its literal text.
@@ -275,25 +264,6 @@ fn parse_auth(n: Node<'_>) -> Option<Auth> {
         "api_key" => Auth::ApiKey(need("api_key", "\"${ES_API_KEY}\"")?),
         _ => Auth::Bearer(need("token", "\"${ES_TOKEN}\"")?),
     })
-}
-
-fn parse_tls(n: Node<'_>) -> Option<Tls> {
-    let m = n.as_map(&["ca_file", "cert_file", "key_file", "verify"])?;
-    let path = |key: &str| {
-        m.get(key)
-            .and_then(|k| k.as_str().map(|p| crate::paths::resolve_path(k, p)))
-    };
-    let tls = Tls {
-        ca_file: path("ca_file"),
-        cert_file: path("cert_file"),
-        key_file: path("key_file"),
-        verify: m.bool("verify").unwrap_or(true),
-    };
-    if tls.cert_file.is_some() != tls.key_file.is_some() {
-        n.error("`tls`: `cert_file` and `key_file` go together (a client certificate and its key)");
-        return None;
-    }
-    Some(tls)
 }
 
 impl ElasticsearchConfig {
@@ -475,32 +445,7 @@ fn bulk_url(base: &reqwest::Url, pipeline: Option<&str>) -> reqwest::Url {
 impl ElasticsearchSink {
     /// Builds the HTTP client (TLS settings, timeouts).
     pub fn new(c: &ElasticsearchConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
-        let mut b = reqwest::Client::builder().timeout(c.timeout);
-        if let Some(ca) = &c.tls.ca_file {
-            let pem = std::fs::read(ca)
-                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?
-            {
-                b = b.add_root_certificate(cert);
-            }
-        }
-        if let (Some(cert), Some(key)) = (&c.tls.cert_file, &c.tls.key_file) {
-            let mut pem = std::fs::read(cert)
-                .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
-            pem.push(b'\n');
-            pem.extend(
-                std::fs::read(key)
-                    .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?,
-            );
-            b = b.identity(
-                reqwest::Identity::from_pem(&pem)
-                    .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?,
-            );
-        }
-        if !c.tls.verify {
-            b = b.danger_accept_invalid_certs(true);
-        }
+        let b = c.tls.apply(reqwest::Client::builder().timeout(c.timeout))?;
         let endpoints = c
             .endpoints
             .iter()

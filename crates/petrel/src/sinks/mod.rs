@@ -13,6 +13,7 @@ pub mod http;
 pub mod kafka;
 pub mod stdout;
 pub mod template;
+pub mod tls;
 mod writer;
 
 use petrel_core::config::Map;

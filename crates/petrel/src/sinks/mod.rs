@@ -11,6 +11,8 @@ pub mod elasticsearch;
 pub mod file;
 pub mod http;
 pub mod kafka;
+#[cfg(feature = "opentelemetry")]
+pub mod opentelemetry;
 pub mod stdout;
 pub mod template;
 pub mod tls;

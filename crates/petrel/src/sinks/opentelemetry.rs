@@ -1194,3 +1194,303 @@ impl petrel_core::plugin::SinkConfig for OtlpSinkConfig {
         Ok(Arc::new(OtlpSink::new(self, metrics)?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use petrel_core::config::{parse_yaml, ConfigErrors, Node};
+    use petrel_core::{Key, SourceInfo, Span};
+
+    fn config(yaml: &str) -> Result<OtlpSinkConfig, String> {
+        let f: Arc<str> = "t.yaml".into();
+        let raw = parse_yaml(&f, yaml).map_err(|e| e.to_string())?;
+        let errs = ConfigErrors::new();
+        let node = Node::root(&f, &raw, &errs);
+        let map = node.as_map(KEYS).ok_or("not a map")?;
+        let c = OtlpSinkConfig::parse(map);
+        match (c, errs.is_empty()) {
+            (Some(c), true) => Ok(c),
+            _ => Err(format!("{:?}", errs.into_vec())),
+        }
+    }
+
+    fn meta() -> Arc<[(Key, Arc<str>)]> {
+        vec![
+            (Key::Borrowed("host"), Arc::from("node-1")),
+            (Key::Borrowed("k8s.namespace"), Arc::from("shop")),
+            (Key::Borrowed("k8s.pod_name"), Arc::from("cart-7d")),
+            (Key::Borrowed("k8s.pod_uid"), Arc::from("0c6a")),
+            (Key::Borrowed("k8s.container_name"), Arc::from("cart")),
+            (Key::Borrowed("container.id"), Arc::from("abc123")),
+        ]
+        .into()
+    }
+
+    fn batch() -> EventBatch {
+        let mut b = EventBatch::new(
+            bytes::Bytes::from_static(b"first line\nsecond\n"),
+            Arc::new(SourceInfo::file("/var/log/pods/cart.log", meta())),
+        );
+        let mut a = Event::from_span(Span::new(0, 10));
+        a.time_ns = Some(1_700_000_000_000_000_000);
+        a.set("level".into(), Value::Str("Warning".into()));
+        a.set("n".into(), Value::Int(42));
+        a.set("ratio".into(), Value::Float(0.5));
+        a.set("ok".into(), Value::Bool(true));
+        a.set("none".into(), Value::Null);
+        a.set(
+            "tags".into(),
+            Value::Array(vec![Value::Str("x".into()), Value::Int(2)]),
+        );
+        a.set(
+            "user".into(),
+            Value::Object(vec![("id".into(), Value::Int(7))]),
+        );
+        a.set(
+            "trace_id".into(),
+            Value::Str("5b8efff798038103d269b633813fc60c".into()),
+        );
+        b.events.push(a);
+        let mut c = Event::from_span(Span::new(11, 6));
+        c.set("service".into(), Value::Str("cart".into()));
+        c.set("severity".into(), Value::Str("crit".into()));
+        b.events.push(c);
+        b.events.push(Event::from_span(Span::new(11, 6)));
+        b
+    }
+
+    fn decode_all(out: &Encoded) -> ExportLogsServiceRequest {
+        let mut start = 0;
+        let mut recs = Vec::new();
+        for &e in &out.record_ends {
+            let e = e as usize;
+            // As the request builder does: one trailing newline off.
+            recs.push(&out.bytes[start..e - 1]);
+            start = e;
+        }
+        ExportLogsServiceRequest::decode(&assemble(recs.into_iter())[..]).expect("decodes")
+    }
+
+    fn attr<'a>(kvs: &'a [KeyValue], k: &str) -> Option<&'a V> {
+        kvs.iter()
+            .find(|kv| kv.key == k)
+            .and_then(|kv| kv.value.as_ref())
+            .and_then(|v| v.value.as_ref())
+    }
+
+    fn s(x: &str) -> V {
+        V::StringValue(x.into())
+    }
+
+    #[test]
+    fn severity_names_map_to_otlp_numbers() {
+        for (name, n) in [
+            ("trace", 1),
+            ("DEBUG", 5),
+            ("info", 9),
+            ("notice", 10),
+            ("warn", 13),
+            ("Warning", 13),
+            ("error", 17),
+            ("err", 17),
+            ("crit", 18),
+            ("critical", 18),
+            ("alert", 19),
+            ("emerg", 21),
+            ("fatal", 21),
+            ("whatever", 0),
+        ] {
+            assert_eq!(severity_number(name), n, "{name}");
+        }
+    }
+
+    #[test]
+    fn events_become_typed_records_grouped_by_resource() {
+        let m = Mapper::new(vec![("deployment.environment".into(), "prod".into())]);
+        let mut out = Encoded::default();
+        m.encode(&batch(), &mut out, 99);
+        assert_eq!(out.record_ends.len(), 3);
+        let req = decode_all(&out);
+        // Two resources: the one with service.name = cart, and the rest.
+        assert_eq!(req.resource_logs.len(), 2, "{req:?}");
+        let r0 = &req.resource_logs[0];
+        let ra = &r0.resource.as_ref().unwrap().attributes;
+        assert_eq!(attr(ra, "host.name"), Some(&s("node-1")));
+        assert_eq!(attr(ra, "k8s.namespace.name"), Some(&s("shop")));
+        assert_eq!(attr(ra, "k8s.pod.name"), Some(&s("cart-7d")));
+        assert_eq!(attr(ra, "k8s.pod.uid"), Some(&s("0c6a")));
+        assert_eq!(attr(ra, "k8s.container.name"), Some(&s("cart")));
+        assert_eq!(attr(ra, "container.id"), Some(&s("abc123")));
+        assert_eq!(
+            attr(ra, "log.file.path"),
+            Some(&s("/var/log/pods/cart.log"))
+        );
+        assert_eq!(attr(ra, "deployment.environment"), Some(&s("prod")));
+        assert_eq!(attr(ra, "service.name"), None);
+        let recs = &r0.scope_logs[0].log_records;
+        assert_eq!(recs.len(), 2, "the first and third event share a resource");
+        let a = &recs[0];
+        assert_eq!(a.time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(a.observed_time_unix_nano, 99);
+        assert_eq!(a.body.as_ref().unwrap().value, Some(s("first line")));
+        assert_eq!(
+            (a.severity_number, a.severity_text.as_str()),
+            (13, "Warning")
+        );
+        assert_eq!(a.trace_id.len(), 16);
+        assert_eq!(attr(&a.attributes, "n"), Some(&V::IntValue(42)));
+        assert_eq!(attr(&a.attributes, "ratio"), Some(&V::DoubleValue(0.5)));
+        assert_eq!(attr(&a.attributes, "ok"), Some(&V::BoolValue(true)));
+        assert_eq!(attr(&a.attributes, "none"), None);
+        assert!(a.attributes.iter().any(|kv| kv.key == "none"));
+        assert!(
+            matches!(attr(&a.attributes, "tags"), Some(V::ArrayValue(x)) if x.values.len() == 2)
+        );
+        assert!(
+            matches!(attr(&a.attributes, "user"), Some(V::KvlistValue(x)) if x.values[0].key == "id")
+        );
+        assert!(
+            attr(&a.attributes, "level").is_none() && attr(&a.attributes, "trace_id").is_none()
+        );
+        // No parsed time: only the observed time.
+        assert_eq!(recs[1].time_unix_nano, 0);
+        let r1 = &req.resource_logs[1];
+        let ra = &r1.resource.as_ref().unwrap().attributes;
+        assert_eq!(attr(ra, "service.name"), Some(&s("cart")));
+        let c = &r1.scope_logs[0].log_records[0];
+        assert_eq!((c.severity_number, c.severity_text.as_str()), (18, "crit"));
+        assert!(c.attributes.is_empty(), "service and severity are consumed");
+    }
+
+    #[test]
+    fn otlp_fields_from_the_source_map_back_exactly() {
+        let json = serde_json::json!({"resourceLogs": [{
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "a"}},
+                                        {"key": "n", "value": {"intValue": "3"}}]},
+            "schemaUrl": "https://s/1",
+            "scopeLogs": [{
+                "scope": {"name": "lib", "version": "1", "attributes": [{"key": "k", "value": {"boolValue": true}}]},
+                "schemaUrl": "https://s/2",
+                "logRecords": [{
+                    "timeUnixNano": "5", "observedTimeUnixNano": "6",
+                    "severityNumber": 17, "severityText": "E",
+                    "body": {"kvlistValue": {"values": [{"key": "x", "value": {"doubleValue": 1.5}}]}},
+                    "attributes": [{"key": "level", "value": {"stringValue": "not the severity"}},
+                                   {"key": "b", "value": {"bytesValue": "AQI="}}],
+                    "flags": 1, "droppedAttributesCount": 2, "eventName": "ev",
+                    "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"
+                }, {
+                    "observedTimeUnixNano": "7", "body": {"stringValue": "plain"}
+                }]
+            }]
+        }, {
+            "resource": {},
+            "scopeLogs": [{"logRecords": [{"observedTimeUnixNano": "8"}]}]
+        }]});
+        let want: ExportLogsServiceRequest = serde_json::from_value(json).expect("OTLP JSON");
+        let mut b = EventBatch::new(
+            bytes::Bytes::new(),
+            Arc::new(SourceInfo {
+                meta: meta(),
+                ..Default::default()
+            }),
+        );
+        crate::sources::opentelemetry::events(&want, &mut b.events);
+        assert_eq!(b.events.len(), 3);
+        let mut out = Encoded::default();
+        Mapper::new(vec![("ignored".into(), "for such events".into())]).encode(&b, &mut out, 1);
+        let got = decode_all(&out);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn json_encoding_follows_the_otlp_mapping() {
+        let mut out = Encoded::default();
+        Mapper::new(Vec::new()).encode(&batch(), &mut out, 1_700_000_000_000_000_123);
+        let mut recs = Vec::new();
+        let mut start = 0;
+        for &e in &out.record_ends {
+            recs.push(&out.bytes[start..e as usize - 1]);
+            start = e as usize;
+        }
+        let json = to_json(&assemble(recs.into_iter())).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let rec = &v["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+        assert_eq!(rec["timeUnixNano"], "1700000000000000000", "{rec}");
+        assert_eq!(rec["observedTimeUnixNano"], "1700000000000000123");
+        assert_eq!(rec["traceId"], "5b8efff798038103d269b633813fc60c");
+        assert_eq!(rec["severityNumber"], 13);
+        assert_eq!(rec["body"]["stringValue"], "first line");
+        let attrs = rec["attributes"].as_array().unwrap();
+        let n = attrs.iter().find(|a| a["key"] == "n").unwrap();
+        assert_eq!(n["value"]["intValue"], "42", "int64 as a string");
+        let user = attrs.iter().find(|a| a["key"] == "user").unwrap();
+        assert_eq!(user["value"]["kvlistValue"]["values"][0]["key"], "id");
+        // And it reads back as the same request.
+        let back: ExportLogsServiceRequest = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.resource_logs[0].scope_logs[0].log_records.len(), 2);
+    }
+
+    #[test]
+    fn answers_and_dead_letters() {
+        assert_eq!(
+            rejected_in(
+                br#"{"partialSuccess":{"rejectedLogRecords":"4","errorMessage":"bad"}}"#,
+                true
+            ),
+            (4, "bad".to_string())
+        );
+        assert_eq!(
+            rejected_in(br#"{"partialSuccess":{"rejectedLogRecords":2}}"#, true).0,
+            2
+        );
+        assert_eq!(rejected_in(b"{}", true).0, 0);
+        let pb = ExportLogsServiceResponse {
+            partial_success: Some(
+                opentelemetry_proto::tonic::collector::logs::v1::ExportLogsPartialSuccess {
+                    rejected_log_records: 3,
+                    error_message: "x".into(),
+                },
+            ),
+        }
+        .encode_to_vec();
+        assert_eq!(rejected_in(&pb, false).0, 3);
+        assert_eq!(rejected_in(b"", false).0, 0);
+        let mut out = Encoded::default();
+        Mapper::new(Vec::new()).encode(&batch(), &mut out, 1);
+        let first = &out.bytes[..out.record_ends[0] as usize - 1];
+        let v: serde_json::Value = serde_json::from_slice(&record_json(first)).unwrap();
+        assert_eq!(
+            v["scopeLogs"][0]["logRecords"][0]["body"]["stringValue"],
+            "first line"
+        );
+    }
+
+    #[test]
+    fn config_errors_are_reported() {
+        assert!(config("protocol: http").is_err(), "endpoint required");
+        assert!(config("endpoint: ftp://x/v1/logs").is_err());
+        assert!(
+            config("endpoint: http://x:4318").is_err(),
+            "http wants the full URL"
+        );
+        assert!(config("endpoint: http://x:4317\nprotocol: grpc\nencoding: json").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\nprotocol: smoke").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\ncompression: zstd").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\ntls: { cert_file: /a }").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\nresource: [a]").is_err());
+        let c = config("endpoint: http://x:4318/v1/logs").expect("defaults");
+        assert_eq!(
+            (c.protocol, c.encoding, c.compression),
+            (Protocol::Http, OtlpEncoding::Protobuf, Compression::None)
+        );
+        assert!(c.tls.verify);
+        let c = config("endpoint: http://x:4317\nprotocol: grpc\nresource: { service.name: a }\nheaders: { x-token: t }").expect("grpc");
+        assert_eq!(
+            c.resource,
+            vec![("service.name".to_string(), "a".to_string())]
+        );
+        assert_eq!(c.headers.len(), 1);
+    }
+}

@@ -828,7 +828,10 @@ pub struct OtlpSink {
     config: OtlpSinkConfig,
     mapper: Mapper,
     http: Option<reqwest::Client>,
-    grpc: Option<tonic::client::Grpc<tonic::transport::Channel>>,
+    /// gRPC: where to connect; the channel is made on the sink's runtime
+    /// at the first request.
+    grpc: Option<tonic::transport::Endpoint>,
+    channel: std::sync::OnceLock<tonic::client::Grpc<tonic::transport::Channel>>,
     metadata: Vec<(
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
         tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
@@ -887,14 +890,7 @@ impl OtlpSink {
                     }
                     ep = ep.tls_config(tls)?;
                 }
-                let mut g = tonic::client::Grpc::new(ep.connect_lazy());
-                if c.compression == Compression::Gzip {
-                    g = g.send_compressed(tonic::codec::CompressionEncoding::Gzip);
-                }
-                g = g
-                    .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-                    .max_decoding_message_size(4 << 20);
-                grpc = Some(g);
+                grpc = Some(ep);
                 for (k, v) in &c.headers {
                     metadata.push((
                         tonic::metadata::MetadataKey::from_bytes(
@@ -910,6 +906,7 @@ impl OtlpSink {
             mapper: Mapper::new(c.resource.clone()),
             http,
             grpc,
+            channel: std::sync::OnceLock::new(),
             metadata,
             metrics,
             last_loud: parking_lot::Mutex::new(None),
@@ -981,10 +978,20 @@ impl OtlpSink {
 
     async fn export(&self, body: Vec<u8>) -> Outcome {
         use tonic::Code;
-        let Some(g) = &self.grpc else {
+        let Some(ep) = &self.grpc else {
             return Outcome::Retry(None, "no client".into());
         };
-        let mut g = g.clone();
+        let mut g = self
+            .channel
+            .get_or_init(|| {
+                let mut g = tonic::client::Grpc::new(ep.connect_lazy());
+                if self.config.compression == Compression::Gzip {
+                    g = g.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                g.accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+                    .max_decoding_message_size(4 << 20)
+            })
+            .clone();
         if let Err(e) = g.ready().await {
             return Outcome::Retry(None, format!("connection failed: {e}"));
         }

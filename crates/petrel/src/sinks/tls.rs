@@ -19,7 +19,7 @@ pub struct Tls {
 }
 
 /// Reads `tls: { ca_file, cert_file, key_file, verify }`.
-pub(crate) fn parse_tls(n: Node<'_>) -> Option<Tls> {
+pub fn parse_tls(n: Node<'_>) -> Option<Tls> {
     let m = n.as_map(&["ca_file", "cert_file", "key_file", "verify"])?;
     let path = |key: &str| {
         m.get(key)
@@ -40,7 +40,7 @@ pub(crate) fn parse_tls(n: Node<'_>) -> Option<Tls> {
 
 impl Tls {
     /// Applies these settings to an HTTP client being built.
-    pub(crate) fn apply(
+    pub fn apply(
         &self,
         mut b: reqwest::ClientBuilder,
     ) -> anyhow::Result<reqwest::ClientBuilder> {
@@ -66,7 +66,7 @@ impl Tls {
     }
 
     /// The client certificate followed by its key, as one PEM text.
-    pub(crate) fn identity_pem(&self) -> anyhow::Result<Option<Vec<u8>>> {
+    pub fn identity_pem(&self) -> anyhow::Result<Option<Vec<u8>>> {
         let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) else {
             return Ok(None);
         };

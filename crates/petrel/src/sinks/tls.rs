@@ -40,10 +40,7 @@ pub fn parse_tls(n: Node<'_>) -> Option<Tls> {
 
 impl Tls {
     /// Applies these settings to an HTTP client being built.
-    pub fn apply(
-        &self,
-        mut b: reqwest::ClientBuilder,
-    ) -> anyhow::Result<reqwest::ClientBuilder> {
+    pub fn apply(&self, mut b: reqwest::ClientBuilder) -> anyhow::Result<reqwest::ClientBuilder> {
         if let Some(ca) = &self.ca_file {
             let pem = std::fs::read(ca)
                 .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;

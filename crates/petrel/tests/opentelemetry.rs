@@ -427,3 +427,59 @@ fn a_full_spool_answers_429_and_the_collectors_retries_deliver_everything() {
     assert_eq!(seen.len(), N, "every line exactly once");
     drop(col);
 }
+
+#[test]
+fn round_trip_through_the_grpc_source_and_the_json_sink_keeps_everything() {
+    // test → collector (HTTP in) → otlp_grpc → Petrel's source (gRPC) →
+    // Petrel's sink (OTLP/HTTP JSON, gzip) → collector (HTTP in) → file.
+    let dir = tempdir();
+    let (in_port, out_port, src_port) = (free_port(), free_port(), free_port());
+    let file = dir.path().join("collector-out.json");
+    let config = format!(
+        "receivers:\n  otlp/in:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{in_port}\n  otlp/out:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{out_port}\nexporters:\n  otlp_grpc:\n    endpoint: 127.0.0.1:{src_port}\n    tls:\n      insecure: true\n    retry_on_failure:\n      initial_interval: 200ms\n      max_interval: 1s\n  file:\n    path: {}\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs/in:\n      receivers: [otlp/in]\n      exporters: [otlp_grpc]\n    logs/out:\n      receivers: [otlp/out]\n      exporters: [file]\n",
+        file.display()
+    );
+    let cfg = write_config(
+        dir.path(),
+        "relay",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{src_port}\nsinks:\n  - type: opentelemetry\n    endpoint: http://127.0.0.1:{out_port}/v1/logs\n    encoding: json\n    compression: gzip\n    batch: {{ timeout_ms: 100 }}\n"
+        ),
+    );
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    let col = Otelcol::start(&config, in_port);
+    wait_for(Duration::from_secs(30), "the out receiver", || {
+        std::net::TcpStream::connect(("127.0.0.1", out_port))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let input = rich_request();
+    let (status, body) = post(
+        in_port,
+        "/v1/logs",
+        &[("Content-Type", "application/json")],
+        input.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let got = wait_for(Duration::from_secs(60), "the collector's file", || {
+        let text = std::fs::read(&file).unwrap_or_default();
+        let mut all = ExportLogsServiceRequest::default();
+        for line in split_lines(&text) {
+            all.resource_logs.extend(parse_request(&line).resource_logs);
+        }
+        let n: usize = all
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        if n >= 3 {
+            Ok(all)
+        } else {
+            Err(format!("{n} records"))
+        }
+    });
+    let want = parse_request(input.to_string().as_bytes());
+    assert_eq!(got, want, "what came out differs from what went in");
+    drop(col);
+}

@@ -483,3 +483,132 @@ fn round_trip_through_the_grpc_source_and_the_json_sink_keeps_everything() {
     assert_eq!(got, want, "what came out differs from what went in");
     drop(col);
 }
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl is needed");
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `ca.pem` and a server certificate for 127.0.0.1 signed by it
+/// (`server.pem`, `server.key`), in `dir`.
+fn certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=petrel test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
+}
+
+#[test]
+fn tls_on_both_protocols() {
+    const N: usize = 200;
+    let dir = tempdir();
+    certificates(dir.path());
+    let d = dir.path().display();
+    let (grpc_port, http_port) = (free_port(), free_port());
+    let out = dir.path().join("out.ndjson");
+    let b_cfg = write_config(
+        dir.path(),
+        "receiver",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{grpc_port}\n    http_address: 127.0.0.1:{http_port}\n    tls: {{ cert_file: {d}/server.pem, key_file: {d}/server.key }}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            out.display()
+        ),
+    );
+    let _b = Agent::start(&b_cfg, &dir.path().join("b-data"));
+    let log = dir.path().join("app.log");
+    let mut lines = Vec::new();
+    for i in 0..N {
+        lines.extend_from_slice(format!("line-{i:04}\n").as_bytes());
+    }
+    append(&log, &lines);
+    let a_cfg = write_config(
+        dir.path(),
+        "sender",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: opentelemetry\n    protocol: grpc\n    endpoint: https://127.0.0.1:{grpc_port}\n    tls: {{ ca_file: {d}/ca.pem }}\n    resource: {{ via: grpc }}\n    batch: {{ timeout_ms: 100 }}\n  - type: opentelemetry\n    endpoint: https://127.0.0.1:{http_port}/v1/logs\n    tls: {{ ca_file: {d}/ca.pem }}\n    resource: {{ via: http }}\n    compression: gzip\n    batch: {{ timeout_ms: 100 }}\n",
+            log.display()
+        ),
+    );
+    let _a = Agent::start(&a_cfg, &dir.path().join("a-data"));
+    wait_for(Duration::from_secs(60), "every line by both sinks", || {
+        let n = count_lines(&out);
+        if n >= 2 * N {
+            Ok(())
+        } else {
+            Err(format!("{n} of {}", 2 * N))
+        }
+    });
+    let got = json_lines(&out);
+    assert_eq!(got.len(), 2 * N);
+    for via in ["grpc", "http"] {
+        let msgs: HashSet<&str> = got
+            .iter()
+            .filter(|e| e["resource"]["via"] == via)
+            .map(|e| e["message"].as_str().unwrap())
+            .collect();
+        assert_eq!(msgs.len(), N, "{via}");
+    }
+}

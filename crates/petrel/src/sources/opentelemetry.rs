@@ -6,6 +6,7 @@
 //!     grpc_address: 127.0.0.1:4317     # LogsService/Export
 //!     http_address: 127.0.0.1:4318     # POST /v1/logs, protobuf or JSON, gzip
 //!     max_body_bytes: 10MiB
+//!     tls: { cert_file: server.pem, key_file: server.key }   # both servers; ca_file: mutual TLS
 //!     buffer: { type: disk, max_bytes: 256MiB }   # disk is the default
 //! ```
 //! A request is answered with success only once its records are in the
@@ -49,6 +50,7 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::net::intake::{self, Admission, Intake};
+use super::net::tls::TlsOptions;
 use super::net::{now_ns, Block, BufferOptions, NetRuntime, OtherReceiver, Receiver, RunningNet};
 use crate::sinks::opentelemetry::fields;
 
@@ -59,6 +61,7 @@ pub const KEYS: &[&str] = &[
     "grpc_address",
     "http_address",
     "max_body_bytes",
+    "tls",
     "buffer",
 ];
 
@@ -82,6 +85,7 @@ pub struct OtlpSourceConfig {
     grpc_address: Option<std::net::SocketAddr>,
     http_address: Option<std::net::SocketAddr>,
     max_body_bytes: usize,
+    tls: Option<TlsOptions>,
     buffer: BufferOptions,
 }
 
@@ -108,6 +112,7 @@ impl OtlpSourceConfig {
         let grpc_address = address(&map, "grpc_address");
         let http_address = address(&map, "http_address");
         let max_body_bytes = map.u64("max_body_bytes", true).unwrap_or(10 << 20) as usize;
+        let tls = TlsOptions::parse(&map);
         // Disk unless said otherwise: success means durable.
         let disk_default = map
             .get("buffer")
@@ -137,6 +142,7 @@ impl OtlpSourceConfig {
             grpc_address,
             http_address,
             max_body_bytes: max_body_bytes.max(1024),
+            tls: tls?,
             buffer,
         })
     }
@@ -340,8 +346,22 @@ fn serve_grpc(
     rt: &tokio::runtime::Handle,
     addr: std::net::SocketAddr,
     max_body: usize,
+    tls: Option<&TlsOptions>,
     svc: Grpc,
 ) -> anyhow::Result<Server> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = tls {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("tls: {}: {e}", p.display()))
+        };
+        let mut cfg = tonic::transport::ServerTlsConfig::new().identity(
+            tonic::transport::Identity::from_pem(read(&t.cert_file)?, read(&t.key_file)?),
+        );
+        if let Some(ca) = &t.ca_file {
+            cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        builder = builder.tls_config(cfg)?;
+    }
     let std = std::net::TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     std.set_nonblocking(true)?;
@@ -358,7 +378,7 @@ fn serve_grpc(
         .send_compressed(tonic::codec::CompressionEncoding::Gzip);
     rt.spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
-        let r = tonic::transport::Server::builder()
+        let r = builder
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop_rx.changed().await;
@@ -579,8 +599,10 @@ async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Resp
 fn serve_http(
     rt: &tokio::runtime::Handle,
     addr: std::net::SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shared: Arc<Http>,
 ) -> anyhow::Result<Server> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let std = std::net::TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     std.set_nonblocking(true)?;
@@ -612,7 +634,7 @@ fn serve_http(
                 _ = stop.changed() => break,
             };
             let peer: Arc<str> = peer.to_string().into();
-            let (shared, mut stop) = (shared.clone(), stop_rx.clone());
+            let (shared, mut stop, acceptor) = (shared.clone(), stop_rx.clone(), acceptor.clone());
             tokio::spawn(async move {
                 let _permit = permit;
                 let svc = hyper::service::service_fn(move |req| {
@@ -622,10 +644,26 @@ fn serve_http(
                 let mut b = hyper::server::conn::http1::Builder::new();
                 b.timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(Duration::from_secs(10));
-                let conn = b.serve_connection(hyper_util::rt::TokioIo::new(sock), svc);
-                tokio::select! {
-                    _ = tokio::time::timeout(Duration::from_secs(300), conn) => {}
-                    _ = stop.changed() => {}
+                match acceptor {
+                    None => {
+                        let conn = b.serve_connection(hyper_util::rt::TokioIo::new(sock), svc);
+                        tokio::select! {
+                            _ = tokio::time::timeout(Duration::from_secs(300), conn) => {}
+                            _ = stop.changed() => {}
+                        }
+                    }
+                    Some(a) => {
+                        let Ok(Ok(tls)) =
+                            tokio::time::timeout(Duration::from_secs(10), a.accept(sock)).await
+                        else {
+                            return;
+                        };
+                        let conn = b.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                        tokio::select! {
+                            _ = tokio::time::timeout(Duration::from_secs(300), conn) => {}
+                            _ = stop.changed() => {}
+                        }
+                    }
                 }
             });
         }
@@ -676,6 +714,7 @@ impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
                     rt.handle(),
                     a,
                     self.max_body_bytes,
+                    self.tls.as_ref(),
                     svc,
                 )?)));
                 tracing::info!(source = %ctx.key, address = %a, "listening (OTLP/gRPC)");
@@ -688,9 +727,11 @@ impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
                     bad_request: m.error_counter("bad_request"),
                     too_large: m.error_counter("body_too_large"),
                 });
+                let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
                 receivers.push(Receiver::Other(Box::new(serve_http(
                     rt.handle(),
                     a,
+                    tls,
                     shared,
                 )?)));
                 tracing::info!(source = %ctx.key, address = %a, "listening (OTLP/HTTP, POST /v1/logs)");

@@ -612,3 +612,139 @@ fn tls_on_both_protocols() {
         assert_eq!(msgs.len(), N, "{via}");
     }
 }
+
+/// An OTLP/HTTP endpoint answering as told: the first request 503 with
+/// `Retry-After`, any request holding a record `bad...` 400, and a
+/// partial success for each `reject-me` record. Records of requests
+/// answered 2xx are kept.
+#[derive(Default)]
+struct Picky {
+    requests: std::sync::atomic::AtomicUsize,
+    accepted: std::sync::Mutex<Vec<String>>,
+}
+
+fn serve_picky(state: Arc<Picky>) -> std::net::SocketAddr {
+    use prost::Message;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/v1/logs",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let s = state.clone();
+                    async move {
+                        use axum::http::StatusCode;
+                        use opentelemetry_proto::tonic::collector::logs::v1::*;
+                        if s.requests.fetch_add(1, Ordering::SeqCst) == 0 {
+                            return (StatusCode::SERVICE_UNAVAILABLE, [("Retry-After", "1")], Vec::new());
+                        }
+                        let req = ExportLogsServiceRequest::decode(&body[..]).expect("protobuf");
+                        let bodies: Vec<String> = req
+                            .resource_logs
+                            .iter()
+                            .flat_map(|r| &r.scope_logs)
+                            .flat_map(|s| &s.log_records)
+                            .map(|r| match r.body.as_ref().and_then(|b| b.value.as_ref()) {
+                                Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(t)) => t.clone(),
+                                _ => String::new(),
+                            })
+                            .collect();
+                        if bodies.iter().any(|b| b.starts_with("bad")) {
+                            return (StatusCode::BAD_REQUEST, [("Retry-After", "0")], b"bad record".to_vec());
+                        }
+                        let rejected = bodies.iter().filter(|b| *b == "reject-me").count() as i64;
+                        s.accepted.lock().unwrap().extend(bodies);
+                        let answer = ExportLogsServiceResponse {
+                            partial_success: (rejected > 0).then(|| ExportLogsPartialSuccess {
+                                rejected_log_records: rejected,
+                                error_message: "not today".into(),
+                            }),
+                        };
+                        (StatusCode::OK, [("Retry-After", "0")], answer.encode_to_vec())
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    addr
+}
+
+#[test]
+fn answers_retry_dead_letter_and_partial_success() {
+    let dir = tempdir();
+    let picky = Arc::new(Picky::default());
+    let addr = serve_picky(picky.clone());
+    let log = dir.path().join("app.log");
+    append(
+        &log,
+        b"one\ntwo\nbad record\nthree\nreject-me\nfour\nfive\nsix\n",
+    );
+    let dead = dir.path().join("dead.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "picky",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: opentelemetry\n    endpoint: http://{addr}/v1/logs\n    dead_letter: {}\n    batch: {{ timeout_ms: 300 }}\n",
+            log.display(),
+            dead.display()
+        ),
+    );
+    let data = dir.path().join("data");
+    let agent = Agent::start(&cfg, &data);
+    let size = std::fs::metadata(&log).unwrap().len();
+    wait_for(
+        Duration::from_secs(60),
+        "the file committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    let mut accepted = picky.accepted.lock().unwrap().clone();
+    accepted.sort();
+    assert_eq!(
+        accepted,
+        ["five", "four", "one", "reject-me", "six", "three", "two"]
+    );
+    let dl = json_lines(&dead);
+    assert_eq!(dl.len(), 1, "{dl:?}");
+    assert_eq!(dl[0]["status"], 400);
+    assert_eq!(dl[0]["answer"], "bad record");
+    assert_eq!(
+        dl[0]["record"]["scopeLogs"][0]["logRecords"][0]["body"]["stringValue"],
+        "bad record"
+    );
+    let m = |name: &str, labels: &[(&str, &str)]| {
+        let mut l = vec![("component_type", "opentelemetry")];
+        l.extend_from_slice(labels);
+        agent.metric_or_zero(name, &l)
+    };
+    assert_eq!(
+        m(
+            "petrel_component_discarded_events_total",
+            &[("reason", "rejected")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "petrel_component_discarded_events_total",
+            &[("reason", "dead_letter")]
+        ),
+        1.0
+    );
+    assert!(
+        m(
+            "petrel_component_errors_total",
+            &[("error_type", "request_failed")]
+        ) >= 1.0
+    );
+}

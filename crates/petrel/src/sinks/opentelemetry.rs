@@ -341,11 +341,19 @@ fn string_value(s: String) -> AnyValue {
     }
 }
 
+/// `b` as a string; invalid UTF-8 replaced (the fast check first: most
+/// text is valid).
+fn utf8(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
 fn text(batch: &EventBatch, v: &Value) -> Option<String> {
     match v {
-        Value::Span(_) | Value::Str(_) => batch
-            .bytes_of(v)
-            .map(|b| String::from_utf8_lossy(b).into_owned()),
+        Value::Str(s) => Some(s.to_string()),
+        Value::Span(_) => batch.bytes_of(v).map(utf8),
         _ => None,
     }
 }
@@ -354,9 +362,8 @@ fn text(batch: &EventBatch, v: &Value) -> Option<String> {
 pub fn any_value(batch: &EventBatch, v: &Value) -> AnyValue {
     use any_value::Value as V;
     let value = match v {
-        Value::Span(_) | Value::Str(_) => Some(V::StringValue(
-            String::from_utf8_lossy(batch.bytes_of(v).unwrap_or_default()).into_owned(),
-        )),
+        Value::Str(s) => Some(V::StringValue(s.to_string())),
+        Value::Span(_) => Some(V::StringValue(utf8(batch.bytes_of(v).unwrap_or_default()))),
         Value::Bytes(b) => Some(V::BytesValue(b.to_vec())),
         Value::Int(i) => Some(V::IntValue(*i)),
         Value::Float(f) => Some(V::DoubleValue(*f)),
@@ -675,20 +682,36 @@ pub fn assemble<'a>(records: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
     // resource header -> (scope header -> record list)
     let mut groups: Vec<ResourceGroup<'_>> = Vec::new();
     let mut index: HashMap<&[u8], usize> = HashMap::new();
+    // The group of the previous record: most records share it, and
+    // comparing is cheaper than hashing.
+    let mut last: Option<(&[u8], &[u8], usize, usize)> = None;
+    let mut size = 0;
     for r in records {
         let Some(p) = split_record(r) else { continue };
+        size += r.len() + 16;
+        if let Some((res, scope, gi, si)) = last {
+            if res == p.resource && scope == p.scope {
+                groups[gi].1[si].1.push(p.record);
+                continue;
+            }
+        }
         let gi = *index.entry(p.resource).or_insert_with(|| {
             groups.push((p.resource, Vec::new()));
             groups.len() - 1
         });
         let scopes = &mut groups[gi].1;
-        match scopes.iter_mut().find(|(s, _)| *s == p.scope) {
-            Some((_, recs)) => recs.push(p.record),
-            None => scopes.push((p.scope, vec![p.record])),
-        }
+        let si = match scopes.iter().position(|(s, _)| *s == p.scope) {
+            Some(si) => si,
+            None => {
+                scopes.push((p.scope, Vec::new()));
+                scopes.len() - 1
+            }
+        };
+        scopes[si].1.push(p.record);
+        last = Some((p.resource, p.scope, gi, si));
     }
     let field_len = |n: usize| 1 + encoded_len_varint(n as u64) + n;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(size);
     for (resource, scopes) in &groups {
         let scope_lens: Vec<usize> = scopes
             .iter()
@@ -779,11 +802,11 @@ struct RawEncoder;
 struct ResponseDecoder;
 
 impl tonic::codec::Encoder for RawEncoder {
-    type Item = Vec<u8>;
+    type Item = bytes::Bytes;
     type Error = tonic::Status;
     fn encode(
         &mut self,
-        item: Vec<u8>,
+        item: bytes::Bytes,
         dst: &mut tonic::codec::EncodeBuf<'_>,
     ) -> Result<(), tonic::Status> {
         use bytes::BufMut;
@@ -806,7 +829,7 @@ impl tonic::codec::Decoder for ResponseDecoder {
 }
 
 impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
+    type Encode = bytes::Bytes;
     type Decode = ExportLogsServiceResponse;
     type Encoder = RawEncoder;
     type Decoder = ResponseDecoder;
@@ -923,7 +946,7 @@ impl OtlpSink {
         }
     }
 
-    async fn post(&self, body: Vec<u8>) -> Outcome {
+    async fn post(&self, body: bytes::Bytes) -> Outcome {
         let Some(client) = &self.http else {
             return Outcome::Retry(None, "no client".into());
         };
@@ -976,7 +999,7 @@ impl OtlpSink {
         }
     }
 
-    async fn export(&self, body: Vec<u8>) -> Outcome {
+    async fn export(&self, body: bytes::Bytes) -> Outcome {
         use tonic::Code;
         let Some(ep) = &self.grpc else {
             return Outcome::Retry(None, "no client".into());
@@ -1055,17 +1078,20 @@ impl OtlpSink {
                     return;
                 }
             };
-            // gRPC compresses in its own framing.
-            let body = if self.config.protocol == Protocol::Http {
+            // gRPC compresses in its own framing. Shared, not copied,
+            // by each attempt.
+            let body: bytes::Bytes = if self.config.protocol == Protocol::Http
+                && self.config.compression != Compression::None
+            {
                 match compress(self.config.compression, &raw) {
-                    Ok(b) => b,
+                    Ok(b) => b.into(),
                     Err(e) => {
                         tracing::error!(error = %e, "opentelemetry sink: compression failed; the batch will be read again");
                         return;
                     }
                 }
             } else {
-                raw
+                raw.into()
             };
             loop {
                 let outcome = match self.config.protocol {

@@ -748,3 +748,81 @@ fn answers_retry_dead_letter_and_partial_success() {
         ) >= 1.0
     );
 }
+
+#[test]
+fn what_the_source_answered_200_survives_kill_9() {
+    use prost::Message;
+    const REQUESTS: usize = 40;
+    const PER: usize = 50;
+    let dir = tempdir();
+    let port = free_port();
+    // The sink's endpoint holds everything: nothing is delivered (and
+    // committed) before the kill. After the restart a second endpoint
+    // answers (the first one's held requests are never answered, so what
+    // arrives was read from the spool again).
+    let config = |down: std::net::SocketAddr| {
+        write_config(
+            dir.path(),
+            "durable",
+            &format!(
+                "sources:\n  - type: opentelemetry\n    http_address: 127.0.0.1:{port}\nsinks:\n  - type: http\n    url: http://{down}/ingest\n    batch: {{ timeout_ms: 100 }}\n"
+            ),
+        )
+    };
+    let never = Arc::new(Stalled::default());
+    let cfg = config(serve_stalled(never.clone()));
+    let data = dir.path().join("data");
+    let mut agent = Agent::start(&cfg, &data);
+    for r in 0..REQUESTS {
+        let mut req: ExportLogsServiceRequest = serde_json::from_value(serde_json::json!({
+            "resourceLogs": [{"scopeLogs": [{"logRecords": []}]}]
+        }))
+        .unwrap();
+        let recs = &mut req.resource_logs[0].scope_logs[0].log_records;
+        for i in 0..PER {
+            let mut rec = opentelemetry_proto::tonic::logs::v1::LogRecord::default();
+            rec.body = Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                value: Some(
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(format!(
+                        "r{r:03}-{i:03}"
+                    )),
+                ),
+            });
+            recs.push(rec);
+        }
+        let (status, body) = post(
+            port,
+            "/v1/logs",
+            &[("Content-Type", "application/x-protobuf")],
+            &req.encode_to_vec(),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    agent.kill9();
+    assert!(never.bodies.lock().unwrap().is_empty(), "nothing answered");
+    let held = Arc::new(Stalled::default());
+    held.released.store(true, Ordering::SeqCst);
+    let cfg = config(serve_stalled(held.clone()));
+    let _again = Agent::start(&cfg, &data);
+    let distinct = || -> HashSet<String> {
+        held.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| split_lines(b))
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_slice(&l).expect("json");
+                v["message"].as_str().expect("message").to_string()
+            })
+            .collect()
+    };
+    wait_for(Duration::from_secs(60), "every accepted record", || {
+        let n = distinct().len();
+        if n >= REQUESTS * PER {
+            Ok(())
+        } else {
+            Err(format!("{n} of {}", REQUESTS * PER))
+        }
+    });
+    assert_eq!(distinct().len(), REQUESTS * PER);
+}

@@ -2,8 +2,13 @@
 //! Collector v0.161.0 (built by scripts/otelcol.sh into .cache/otelcol):
 //! Petrel → collector (gRPC) → Petrel (HTTP) keeps every line with its
 //! attributes and resource; OTLP in → OTLP out keeps resource, scope and
-//! record fields exactly; a full spool answers 429 and the collector's
-//! retries then deliver everything.
+//! record fields exactly (over HTTP protobuf and JSON, and the gRPC
+//! source); a full spool answers 429 and the collector's retries then
+//! deliver everything; TLS on both protocols; the sink's answers (retry,
+//! dead letter, partial success); what the source answered 200 survives
+//! `kill -9`.
+
+#![cfg(feature = "opentelemetry")]
 
 mod common;
 
@@ -780,14 +785,16 @@ fn what_the_source_answered_200_survives_kill_9() {
         .unwrap();
         let recs = &mut req.resource_logs[0].scope_logs[0].log_records;
         for i in 0..PER {
-            let mut rec = opentelemetry_proto::tonic::logs::v1::LogRecord::default();
-            rec.body = Some(opentelemetry_proto::tonic::common::v1::AnyValue {
-                value: Some(
-                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(format!(
-                        "r{r:03}-{i:03}"
-                    )),
-                ),
-            });
+            let rec = opentelemetry_proto::tonic::logs::v1::LogRecord {
+                body: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                    value: Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                            format!("r{r:03}-{i:03}"),
+                        ),
+                    ),
+                }),
+                ..Default::default()
+            };
             recs.push(rec);
         }
         let (status, body) = post(

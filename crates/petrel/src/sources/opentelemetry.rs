@@ -349,7 +349,8 @@ fn serve_grpc(
     tls: Option<&TlsOptions>,
     svc: Grpc,
 ) -> anyhow::Result<Server> {
-    let mut builder = tonic::transport::Server::builder();
+    // Requests decoded and waiting for the buffer at once, per connection.
+    let mut builder = tonic::transport::Server::builder().concurrency_limit_per_connection(32);
     if let Some(t) = tls {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| anyhow::anyhow!("tls: {}: {e}", p.display()))

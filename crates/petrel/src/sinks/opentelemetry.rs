@@ -534,6 +534,12 @@ impl Mapper {
             .fields
             .iter()
             .any(|(k, _)| k == SEVERITY_TEXT || k == SEVERITY_NUMBER);
+        // An event with its own resource (from the opentelemetry source)
+        // keeps a `service` field as an ordinary attribute.
+        let has_resource = ev
+            .fields
+            .iter()
+            .any(|(k, v)| k == RESOURCE && matches!(v, Value::Object(_)));
         for (k, v) in &ev.fields {
             let done = match (k.as_ref(), v) {
                 (RESOURCE, Value::Object(o)) => {
@@ -600,7 +606,7 @@ impl Mapper {
                         None => false,
                     }
                 }
-                ("service", _) if g.resource.is_none() && text(batch, v).is_some() => {
+                ("service", _) if !has_resource && text(batch, v).is_some() => {
                     g.service = Some(v);
                     true
                 }
@@ -617,10 +623,6 @@ impl Mapper {
         if let Some(l) = level.and_then(|v| text(batch, v)) {
             rec.severity_number = severity_number(&l);
             rec.severity_text = l;
-        }
-        if g.resource.is_some() {
-            // A `service` field of such an event is an ordinary attribute.
-            g.service = None;
         }
         (rec, g)
     }
@@ -1435,6 +1437,36 @@ mod tests {
         Mapper::new(vec![("ignored".into(), "for such events".into())]).encode(&b, &mut out, 1);
         let got = decode_all(&out);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_event_with_its_own_resource_keeps_service_as_an_attribute() {
+        let mut b = EventBatch::new(
+            bytes::Bytes::new(),
+            Arc::new(SourceInfo {
+                meta: meta(),
+                ..Default::default()
+            }),
+        );
+        let mut ev = Event {
+            message: Value::Str("m".into()),
+            fields: Vec::new(),
+            time_ns: None,
+        };
+        ev.set("service".into(), Value::Str("svc".into()));
+        ev.set(
+            "resource".into(),
+            Value::Object(vec![("k".into(), Value::Str("v".into()))]),
+        );
+        b.events.push(ev);
+        let mut out = Encoded::default();
+        Mapper::new(vec![("x".into(), "y".into())]).encode(&b, &mut out, 1);
+        let req = decode_all(&out);
+        let ra = &req.resource_logs[0].resource.as_ref().unwrap().attributes;
+        assert_eq!(ra.len(), 1, "the event's resource alone: {ra:?}");
+        assert_eq!(attr(ra, "k"), Some(&s("v")));
+        let rec = &req.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(attr(&rec.attributes, "service"), Some(&s("svc")));
     }
 
     #[test]

@@ -346,6 +346,17 @@ fn otlp_in_otlp_out_keeps_resource_scope_and_record_fields() {
 
 #[test]
 fn a_full_spool_answers_429_and_the_collectors_retries_deliver_everything() {
+    full_spool(false);
+}
+
+#[test]
+fn a_full_spool_answers_unavailable_over_grpc_and_the_collectors_retries_deliver_everything() {
+    full_spool(true);
+}
+
+/// Petrel → collector → Petrel (HTTP, or gRPC when `grpc`) whose 1 MiB
+/// spool fills while its sink is held: refusals, then every line once.
+fn full_spool(grpc: bool) {
     const N: usize = 20_000;
     let dir = tempdir();
     let (grpc_port, b_port) = (free_port(), free_port());
@@ -356,15 +367,21 @@ fn a_full_spool_answers_429_and_the_collectors_retries_deliver_everything() {
         dir.path(),
         "receiver",
         &format!(
-            "sources:\n  - type: opentelemetry\n    http_address: 127.0.0.1:{b_port}\n    max_body_bytes: 256KiB\n    buffer: {{ type: disk, max_bytes: 1MiB }}\nsinks:\n  - type: http\n    url: http://{down}/ingest\n    batch: {{ max_events: 500, timeout_ms: 100 }}\n    max_in_flight_requests: 2\n"
+            "sources:\n  - type: opentelemetry\n    {}_address: 127.0.0.1:{b_port}\n    max_body_bytes: 256KiB\n    buffer: {{ type: disk, max_bytes: 1MiB }}\nsinks:\n  - type: http\n    url: http://{down}/ingest\n    batch: {{ max_events: 500, timeout_ms: 100 }}\n    max_in_flight_requests: 2\n",
+            if grpc { "grpc" } else { "http" }
         ),
     );
     let b = Agent::start(&b_cfg, &dir.path().join("b-data"));
+    let exporter = if grpc {
+        format!("  otlp_grpc:\n    endpoint: 127.0.0.1:{b_port}\n    tls:\n      insecure: true\n    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_interval: 1s\n      max_elapsed_time: 300s\n")
+    } else {
+        otlp_http_exporter(b_port)
+    };
     let col = Otelcol::start(
         &collector_config(
             &format!("      grpc:\n        endpoint: 127.0.0.1:{grpc_port}\n"),
-            &otlp_http_exporter(b_port),
-            "otlp_http",
+            &exporter,
+            if grpc { "otlp_grpc" } else { "otlp_http" },
         ),
         grpc_port,
     );

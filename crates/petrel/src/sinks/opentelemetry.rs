@@ -795,6 +795,91 @@ enum Outcome {
     Refused(u16, String),
 }
 
+/// `google.rpc.Status` with its `RetryInfo` detail: how a gRPC server says
+/// when to try again (the gRPC peer of `Retry-After`).
+pub(crate) mod rpc {
+    /// `google.rpc.Status`, carried in `grpc-status-details-bin`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Status {
+        /// The gRPC code.
+        #[prost(int32, tag = "1")]
+        pub code: i32,
+        /// The message.
+        #[prost(string, tag = "2")]
+        pub message: String,
+        /// Typed details.
+        #[prost(message, repeated, tag = "3")]
+        pub details: Vec<Any>,
+    }
+
+    /// `google.protobuf.Any`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Any {
+        /// The type of `value`.
+        #[prost(string, tag = "1")]
+        pub type_url: String,
+        /// The encoded message.
+        #[prost(bytes = "vec", tag = "2")]
+        pub value: Vec<u8>,
+    }
+
+    /// `google.rpc.RetryInfo`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RetryInfo {
+        /// How long to wait.
+        #[prost(message, optional, tag = "1")]
+        pub retry_delay: Option<Duration>,
+    }
+
+    /// `google.protobuf.Duration`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Duration {
+        /// Seconds.
+        #[prost(int64, tag = "1")]
+        pub seconds: i64,
+        /// Nanoseconds.
+        #[prost(int32, tag = "2")]
+        pub nanos: i32,
+    }
+
+    const RETRY_INFO: &str = "type.googleapis.com/google.rpc.RetryInfo";
+
+    /// The retry delay in a status's details, at most 5 minutes.
+    pub fn retry_delay(details: &[u8]) -> Option<std::time::Duration> {
+        use prost::Message;
+        let st = Status::decode(details).ok()?;
+        let d = st
+            .details
+            .iter()
+            .find(|a| a.type_url == RETRY_INFO)
+            .and_then(|a| RetryInfo::decode(&a.value[..]).ok())?
+            .retry_delay?;
+        let d = std::time::Duration::from_secs(d.seconds.clamp(0, 300) as u64)
+            + std::time::Duration::from_nanos(d.nanos.clamp(0, 999_999_999) as u64);
+        Some(d.min(std::time::Duration::from_secs(300)))
+    }
+
+    /// Status details asking to retry after `delay`.
+    pub fn retry_after(code: i32, message: &str, delay: std::time::Duration) -> Vec<u8> {
+        use prost::Message;
+        Status {
+            code,
+            message: message.to_string(),
+            details: vec![Any {
+                type_url: RETRY_INFO.to_string(),
+                value: RetryInfo {
+                    retry_delay: Some(Duration {
+                        seconds: delay.as_secs() as i64,
+                        nanos: delay.subsec_nanos() as i32,
+                    }),
+                }
+                .encode_to_vec(),
+            }],
+        }
+        .encode_to_vec()
+    }
+}
+
 /// gRPC: requests carrying already encoded protobuf.
 #[derive(Clone, Copy, Default)]
 struct RawCodec;
@@ -1045,7 +1130,7 @@ impl OtlpSink {
                     | Code::DeadlineExceeded
                     | Code::Cancelled
                     | Code::OutOfRange
-                    | Code::DataLoss => Outcome::Retry(None, text),
+                    | Code::DataLoss => Outcome::Retry(rpc::retry_delay(s.details()), text),
                     Code::Unauthenticated => Outcome::Auth(401, "unauthorized", text),
                     Code::PermissionDenied => Outcome::Auth(403, "forbidden", text),
                     Code::Unimplemented => Outcome::Auth(404, "not_found", text),
@@ -1530,6 +1615,15 @@ mod tests {
             v["scopeLogs"][0]["logRecords"][0]["body"]["stringValue"],
             "first line"
         );
+    }
+
+    #[test]
+    fn retry_info_gives_the_grpc_retry_delay() {
+        let d = rpc::retry_after(14, "full", Duration::from_millis(1500));
+        assert_eq!(rpc::retry_delay(&d), Some(Duration::from_millis(1500)));
+        assert_eq!(rpc::retry_delay(b""), None);
+        let far = rpc::retry_after(8, "x", Duration::from_secs(3600));
+        assert_eq!(rpc::retry_delay(&far), Some(Duration::from_secs(300)));
     }
 
     #[test]

@@ -335,7 +335,19 @@ impl LogsService for Grpc {
             })),
             Admission::Full => {
                 self.full.inc();
-                Err(tonic::Status::unavailable("buffer full; retry later"))
+                // With RetryInfo, as OTLP asks of a server that is
+                // throttling.
+                let msg = "buffer full; retry later";
+                let details = crate::sinks::opentelemetry::rpc::retry_after(
+                    tonic::Code::Unavailable as i32,
+                    msg,
+                    Duration::from_secs(1),
+                );
+                Err(tonic::Status::with_details(
+                    tonic::Code::Unavailable,
+                    msg,
+                    details.into(),
+                ))
             }
             Admission::Failed(why) => Err(tonic::Status::unavailable(why)),
         }

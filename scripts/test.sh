@@ -3,8 +3,9 @@
 # tests, and end-to-end tests against the real binary, a real Apache Kafka
 # broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh),
 # a real OpenSearch 2.19.6 node (built from Maven Central into .cache/ by
-# scripts/opensearch.sh), a real VictoriaLogs (go install, scripts/victorialogs.sh)
-# and real HTTP servers, util-linux logger and openssl as syslog/TLS
+# scripts/opensearch.sh), a real VictoriaLogs (go install, scripts/victorialogs.sh),
+# a real OpenTelemetry Collector v0.161.0 (built with its builder into
+# .cache/ by scripts/otelcol.sh) and real HTTP servers, util-linux logger and openssl as syslog/TLS
 # clients, a real Apache httpd driven by ab (seed 004), private containerd
 # and Docker daemons from the distribution's packages (container logs and
 # metadata, scripts/cri-lab.sh and docker-lab.sh), all on 127.0.0.1;
@@ -48,6 +49,8 @@ if ! command -v go >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go
 fi
 ./scripts/victorialogs.sh
+echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry sink and source tests (Go)"
+./scripts/otelcol.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

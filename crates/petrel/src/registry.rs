@@ -16,6 +16,8 @@ pub static SOURCES: &[&SourcePlugin] = &[
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,
     &sources::spool::PLUGIN,
+    #[cfg(feature = "opentelemetry")]
+    &sources::opentelemetry::PLUGIN,
 ];
 
 /// Processor kinds (`processors:`), in the order `validate` lists them.
@@ -40,6 +42,8 @@ pub static SINKS: &[&SinkPlugin] = &[
     &sinks::elasticsearch::PLUGIN,
     #[cfg(feature = "loki")]
     &sinks::loki::PLUGIN,
+    #[cfg(feature = "opentelemetry")]
+    &sinks::opentelemetry::PLUGIN,
 ];
 
 /// Type names of `plugins`, for messages.

@@ -38,12 +38,21 @@ const CASES: &[(&str, &str, &[&str])] = &[
     (
         "unknown_type.yaml",
         "sources:\n  - type: fiel\n    include: [\"/var/log/*.log\"]\nsinks:\n  - type: stdout\n",
-        &["unknown_type.yaml:2:11: unknown source type `fiel`; did you mean `file`?; available: `file`, `kubernetes_logs`, `container_files`, `stdin`, `syslog`, `tcp`, `http`, `spool`"],
+        &["unknown_type.yaml:2:11: unknown source type `fiel`; did you mean `file`?; available: `file`, `kubernetes_logs`, `container_files`, `stdin`, `syslog`, `tcp`, `http`, `spool`, `opentelemetry`"],
     ),
     (
         "body_vs_spool.yaml",
         "sources:\n  - type: http\n    address: 127.0.0.1:8080\n    buffer: { type: disk, max_bytes: 4MiB }\nsinks:\n  - type: blackhole\n",
         &["body_vs_spool.yaml:4:38: `buffer.max_bytes` (4194304) must be at least twice `max_body_bytes` (10485760): every request is one spool record; raise `buffer.max_bytes` or lower `max_body_bytes`"],
+    ),
+    (
+        "otlp.yaml",
+        "sources:\n  - type: opentelemetry\n    max_body_bytes: 1MiB\nsinks:\n  - type: opentelemetry\n    endpoint: http://127.0.0.1:4318\n  - type: opentelemetry\n    protocol: grpc\n    endpoint: http://127.0.0.1:4317\n    encoding: json\n",
+        &[
+            "otlp.yaml:2:5: give `grpc_address` (e.g. `127.0.0.1:4317`), `http_address` (e.g. `127.0.0.1:4318`) or both",
+            "otlp.yaml:6:15: `endpoint` is the full URL for `protocol: http`, path included, e.g. `http://127.0.0.1:4318/v1/logs`",
+            "otlp.yaml:10:15: `encoding: json` is for `protocol: http`; gRPC always sends protobuf",
+        ],
     ),
     (
         "missing_sinks.yaml",

@@ -1,10 +1,12 @@
-//! What the sinks that speak HTTP to a store share: credentials, TLS
-//! settings and the client built from them.
+//! What the sinks that speak HTTP to a store share: credentials, the
+//! client built with the TLS settings (`super::tls`), answer helpers.
 
 use std::time::Duration;
 
 use petrel_core::config::Node;
 use reqwest::header::AUTHORIZATION;
+
+pub use super::tls::{parse_tls, Tls};
 
 /// Credentials sent with every request.
 #[derive(Clone)]
@@ -34,20 +36,6 @@ impl std::fmt::Debug for Auth {
             Auth::Bearer(_) => "Bearer(..)",
         })
     }
-}
-
-/// TLS settings for https endpoints.
-#[derive(Debug, Clone, Default)]
-pub struct Tls {
-    /// PEM file of the certificate authorities to trust (beside the
-    /// Mozilla roots).
-    pub ca_file: Option<std::path::PathBuf>,
-    /// PEM client certificate (with `key_file`).
-    pub cert_file: Option<std::path::PathBuf>,
-    /// PEM private key of the client certificate.
-    pub key_file: Option<std::path::PathBuf>,
-    /// Verify the server's certificate (default true).
-    pub verify: bool,
 }
 
 impl Auth {
@@ -93,55 +81,11 @@ pub fn parse_auth(n: Node<'_>) -> Option<Auth> {
     })
 }
 
-/// Reads `tls: { ca_file, cert_file, key_file, verify }`.
-pub fn parse_tls(n: Node<'_>) -> Option<Tls> {
-    let m = n.as_map(&["ca_file", "cert_file", "key_file", "verify"])?;
-    let path = |key: &str| {
-        m.get(key)
-            .and_then(|k| k.as_str().map(|p| crate::paths::resolve_path(k, p)))
-    };
-    let tls = Tls {
-        ca_file: path("ca_file"),
-        cert_file: path("cert_file"),
-        key_file: path("key_file"),
-        verify: m.bool("verify").unwrap_or(true),
-    };
-    if tls.cert_file.is_some() != tls.key_file.is_some() {
-        n.error("`tls`: `cert_file` and `key_file` go together (a client certificate and its key)");
-        return None;
-    }
-    Some(tls)
-}
-
 /// An HTTP client with the TLS settings `tls` and the request timeout.
 pub fn build_client(tls: &Tls, timeout: Duration) -> anyhow::Result<reqwest::Client> {
-    let mut b = reqwest::Client::builder().timeout(timeout);
-    if let Some(ca) = &tls.ca_file {
-        let pem =
-            std::fs::read(ca).map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
-        for cert in reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?
-        {
-            b = b.add_root_certificate(cert);
-        }
-    }
-    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-        let mut pem = std::fs::read(cert)
-            .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
-        pem.push(b'\n');
-        pem.extend(
-            std::fs::read(key)
-                .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?,
-        );
-        b = b.identity(
-            reqwest::Identity::from_pem(&pem)
-                .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?,
-        );
-    }
-    if !tls.verify {
-        b = b.danger_accept_invalid_certs(true);
-    }
-    Ok(b.build()?)
+    Ok(tls
+        .apply(reqwest::Client::builder().timeout(timeout))?
+        .build()?)
 }
 
 /// The `Retry-After` delay of an answer, in seconds (at most 5 minutes).

@@ -120,37 +120,7 @@ impl HttpSinkConfig {
             None if map.get("compression").is_some() => return None,
             None => Compression::None,
         };
-        let mut headers = Vec::new();
-        if let Some(n) = map.get("headers") {
-            match n.as_map_quiet() {
-                Some(hm) => {
-                    for (k, v) in hm.entries() {
-                        let Some(raw) = v.as_str() else { continue };
-                        let value = match petrel_core::config::expand_env(raw, |name| {
-                            std::env::var(name).ok()
-                        }) {
-                            Ok(s) => s.into_owned(),
-                            Err(e) => {
-                                v.error(format!("header `{k}`: {e}"));
-                                continue;
-                            }
-                        };
-                        if HeaderName::from_bytes(k.as_bytes()).is_err() {
-                            v.error(format!("`{k}` is not a valid header name"));
-                        } else if HeaderValue::from_str(&value).is_err() {
-                            v.error(format!(
-                                "header `{k}` has a value that is not valid in HTTP"
-                            ));
-                        } else {
-                            headers.push((k.to_string(), value));
-                        }
-                    }
-                }
-                None => n.error(
-                    "`headers` must be a mapping, e.g. `{ Authorization: \"Bearer ${TOKEN}\" }`",
-                ),
-            }
-        }
+        let headers = parse_headers(&map);
         let (mut max_bytes, mut max_events, mut linger_ms) = (1 << 20, 10_000, 1000);
         if let Some(b) = map.get("batch") {
             if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
@@ -185,6 +155,43 @@ impl HttpSinkConfig {
             },
         })
     }
+}
+
+/// Reads `headers:` (a map of names to values, `${ENV}` expanded);
+/// invalid entries are reported and left out.
+pub(super) fn parse_headers(map: &Map<'_>) -> Vec<(String, String)> {
+    let mut headers = Vec::new();
+    if let Some(n) = map.get("headers") {
+        match n.as_map_quiet() {
+            Some(hm) => {
+                for (k, v) in hm.entries() {
+                    let Some(raw) = v.as_str() else { continue };
+                    let value =
+                        match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok())
+                        {
+                            Ok(s) => s.into_owned(),
+                            Err(e) => {
+                                v.error(format!("header `{k}`: {e}"));
+                                continue;
+                            }
+                        };
+                    if HeaderName::from_bytes(k.as_bytes()).is_err() {
+                        v.error(format!("`{k}` is not a valid header name"));
+                    } else if HeaderValue::from_str(&value).is_err() {
+                        v.error(format!(
+                            "header `{k}` has a value that is not valid in HTTP"
+                        ));
+                    } else {
+                        headers.push((k.to_string(), value));
+                    }
+                }
+            }
+            None => n.error(
+                "`headers` must be a mapping, e.g. `{ Authorization: \"Bearer ${TOKEN}\" }`",
+            ),
+        }
+    }
+    headers
 }
 
 /// The running HTTP sink.

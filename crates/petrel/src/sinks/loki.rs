@@ -36,7 +36,7 @@ use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
-use reqwest::header::{HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
 use super::client::{answer_text, env_str, parse_auth, parse_tls, retry_after, Auth, Tls};
 use super::congestion::{Backoff, Window};
@@ -249,25 +249,7 @@ impl LokiConfig {
             Some(n) => Some(env_str(n, "tenant_id")?),
             None => None,
         };
-        let mut headers = Vec::new();
-        if let Some(n) = map.get("headers") {
-            let Some(hm) = n.as_map_quiet() else {
-                n.error("`headers` must be a mapping, e.g. `{ X-Team: infra }`");
-                return None;
-            };
-            for (k, v) in hm.entries() {
-                let value = env_str(v, k)?;
-                if HeaderName::from_bytes(k.as_bytes()).is_err() {
-                    v.error(format!("`{k}` is not a valid header name"));
-                } else if HeaderValue::from_str(&value).is_err() {
-                    v.error(format!(
-                        "header `{k}` has a value that is not valid in HTTP"
-                    ));
-                } else {
-                    headers.push((k.to_string(), value));
-                }
-            }
-        }
+        let headers = super::http::parse_headers(&map);
         let auth = match map.get("auth") {
             Some(n) => parse_auth(n)?,
             None => Auth::None,

@@ -14,8 +14,11 @@ pub mod http;
 pub mod kafka;
 #[cfg(feature = "loki")]
 pub mod loki;
+#[cfg(feature = "opentelemetry")]
+pub mod opentelemetry;
 pub mod stdout;
 pub mod template;
+pub mod tls;
 mod writer;
 
 use petrel_core::config::Map;

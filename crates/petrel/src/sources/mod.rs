@@ -5,6 +5,8 @@ pub mod file;
 pub mod http;
 pub mod kubernetes;
 pub mod net;
+#[cfg(feature = "opentelemetry")]
+pub mod opentelemetry;
 pub mod spool;
 pub mod stdin;
 pub mod syslog;

@@ -1,0 +1,1655 @@
+//! `type: opentelemetry` — sends events as OTLP logs, over HTTP
+//! (protobuf or JSON) or gRPC.
+//!
+//! Each event becomes one `LogRecord`, encoded on the processing pool:
+//! the message is the body, the parsed time `time_unix_nano`, the encode
+//! time `observed_time_unix_nano`, a `level` (or `severity`) field gives
+//! the severity text and number, and the other fields become attributes
+//! (objects as key-value lists, arrays as array values, numbers and
+//! booleans typed). The resource is built from the batch's metadata per
+//! the semantic conventions (`host.name`, `k8s.*`, `container.id`,
+//! `log.file.path`), a `service` field (`service.name`) and the
+//! configured `resource:`. Events read by the `opentelemetry` source
+//! carry their original resource, scope and record fields (see
+//! [`crate::sources::opentelemetry`]) and are sent back exactly.
+//!
+//! A record is kept in the encoded payload as `varint len, ResourceLogs
+//! (resource and schema url only), varint len, ScopeLogs (scope and schema
+//! url only), LogRecord, b'\n'`: at send time the records of a request are
+//! grouped by resource and scope and their bytes concatenated into an
+//! `ExportLogsServiceRequest` without decoding them.
+//!
+//! Answers: success delivered (`partial_success.rejected_log_records`
+//! counted as discarded, reason `rejected`, and logged); HTTP 429, 502,
+//! 503, 504, gRPC UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED,
+//! DEADLINE_EXCEEDED, CANCELLED, OUT_OF_RANGE, DATA_LOSS and connection
+//! errors retried with backoff (`Retry-After` honoured); 401, 403, 404
+//! (gRPC UNAUTHENTICATED, PERMISSION_DENIED, UNIMPLEMENTED) held and
+//! retried loudly; anything else refuses some record: the request is split
+//! until the refused records are alone, and those go to `dead_letter`.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList,
+};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use petrel_core::config::Map;
+use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
+use petrel_core::{ComponentMetrics, DeliveryMetrics, Event, EventBatch, Value};
+use prost::encoding::{decode_varint, encode_key, encode_varint, encoded_len_varint, WireType};
+use prost::Message;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+
+use super::congestion::{Backoff, Window};
+use super::http::{
+    compress, parse_headers, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression,
+    Request, RequestSender,
+};
+use super::tls::{parse_tls, Tls};
+
+/// Keys accepted by the opentelemetry sink.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "endpoint",
+    "protocol",
+    "encoding",
+    "compression",
+    "headers",
+    "tls",
+    "resource",
+    "batch",
+    "timeout_ms",
+    "max_in_flight_requests",
+    "dead_letter",
+];
+
+/// Event fields through which the `opentelemetry` source hands over what
+/// an OTLP record carries besides its body and time; this sink reads them
+/// back, so OTLP in, OTLP out loses nothing.
+pub(crate) mod fields {
+    /// Object: the resource's attributes.
+    pub const RESOURCE: &str = "resource";
+    /// Text: the resource's schema URL.
+    pub const RESOURCE_SCHEMA_URL: &str = "resource_schema_url";
+    /// Object: `name`, `version`, `attributes` (object),
+    /// `dropped_attributes_count` of the instrumentation scope.
+    pub const SCOPE: &str = "scope";
+    /// Text: the scope's schema URL.
+    pub const SCOPE_SCHEMA_URL: &str = "scope_schema_url";
+    /// Object: the record's attributes.
+    pub const ATTRIBUTES: &str = "attributes";
+    /// Text, 32 hex digits.
+    pub const TRACE_ID: &str = "trace_id";
+    /// Text, 16 hex digits.
+    pub const SPAN_ID: &str = "span_id";
+    /// Integer: the trace flags.
+    pub const FLAGS: &str = "flags";
+    /// Text.
+    pub const SEVERITY_TEXT: &str = "severity_text";
+    /// Integer, 1 to 24.
+    pub const SEVERITY_NUMBER: &str = "severity_number";
+    /// Integer, nanoseconds since the epoch.
+    pub const OBSERVED_TIME: &str = "observed_time_unix_nano";
+    /// Integer.
+    pub const DROPPED_ATTRIBUTES: &str = "dropped_attributes_count";
+    /// Text.
+    pub const EVENT_NAME: &str = "event_name";
+}
+
+/// How requests travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/HTTP: POST to the endpoint URL.
+    Http,
+    /// OTLP/gRPC: `LogsService/Export`.
+    Grpc,
+}
+
+/// OTLP/HTTP body encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpEncoding {
+    /// `application/x-protobuf`.
+    Protobuf,
+    /// `application/json`, the OTLP JSON mapping.
+    Json,
+}
+
+/// Configuration of the opentelemetry sink.
+#[derive(Debug, Clone)]
+pub struct OtlpSinkConfig {
+    /// Full URL (`http`) or the server's base URL (`grpc`).
+    pub endpoint: reqwest::Url,
+    /// HTTP or gRPC.
+    pub protocol: Protocol,
+    /// HTTP only.
+    pub encoding: OtlpEncoding,
+    /// None or gzip.
+    pub compression: Compression,
+    /// Extra headers (gRPC: metadata), `${ENV}` expanded.
+    pub headers: Vec<(String, String)>,
+    /// TLS for https endpoints.
+    pub tls: Tls,
+    /// Resource attributes added to every event's resource.
+    pub resource: Vec<(String, String)>,
+    /// Largest request before compression.
+    pub max_bytes: usize,
+    /// Most records per request.
+    pub max_events: usize,
+    /// Longest wait before a partial request is sent.
+    pub linger: Duration,
+    /// Timeout of one request.
+    pub timeout: Duration,
+    /// Upper bound of the congestion window, in requests.
+    pub max_in_flight: usize,
+    /// Where refused records are written.
+    pub dead_letter: Option<std::path::PathBuf>,
+}
+
+impl OtlpSinkConfig {
+    /// Reads the sink's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let protocol = match map.choice("protocol", &["http", "grpc"]) {
+            Some("grpc") => Protocol::Grpc,
+            Some(_) => Protocol::Http,
+            None if map.get("protocol").is_some() => return None,
+            None => Protocol::Http,
+        };
+        let example = match protocol {
+            Protocol::Http => "http://127.0.0.1:4318/v1/logs",
+            Protocol::Grpc => "http://127.0.0.1:4317",
+        };
+        let node = map.required("endpoint", example)?;
+        let text = node.as_str()?;
+        let endpoint = match reqwest::Url::parse(text) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+            Ok(u) => {
+                node.error(format!(
+                    "`endpoint` must be http:// or https://, found `{}`",
+                    u.scheme()
+                ));
+                return None;
+            }
+            Err(e) => {
+                node.error(format!(
+                    "`endpoint` is not a valid URL ({e}): `{text}`; e.g. `{example}`"
+                ));
+                return None;
+            }
+        };
+        if protocol == Protocol::Http && endpoint.path() == "/" {
+            node.error(format!(
+                "`endpoint` is the full URL for `protocol: http`, path included, e.g. `{example}`"
+            ));
+            return None;
+        }
+        let encoding = match map.choice("encoding", &["protobuf", "json"]) {
+            Some("json") => OtlpEncoding::Json,
+            Some(_) => OtlpEncoding::Protobuf,
+            None if map.get("encoding").is_some() => return None,
+            None => OtlpEncoding::Protobuf,
+        };
+        if protocol == Protocol::Grpc && encoding == OtlpEncoding::Json {
+            if let Some(n) = map.get("encoding") {
+                n.error("`encoding: json` is for `protocol: http`; gRPC always sends protobuf");
+            }
+            return None;
+        }
+        let compression = match map.choice("compression", &["none", "gzip"]) {
+            Some("gzip") => Compression::Gzip,
+            Some(_) => Compression::None,
+            None if map.get("compression").is_some() => return None,
+            None => Compression::None,
+        };
+        let headers = parse_headers(&map);
+        let tls = match map.get("tls") {
+            None => Tls {
+                verify: true,
+                ..Tls::default()
+            },
+            Some(n) => {
+                let t = parse_tls(n)?;
+                if protocol == Protocol::Grpc && !t.verify {
+                    n.error("`tls.verify: false` is not available with `protocol: grpc`; give the server's authority in `tls.ca_file`");
+                    return None;
+                }
+                t
+            }
+        };
+        let mut resource = Vec::new();
+        if let Some(n) = map.get("resource") {
+            match n.as_map_quiet() {
+                Some(m) => {
+                    for (k, v) in m.entries() {
+                        let Some(raw) = v.as_str() else { continue };
+                        match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok())
+                        {
+                            Ok(s) => resource.push((k.to_string(), s.into_owned())),
+                            Err(e) => v.error(format!("resource `{k}`: {e}")),
+                        }
+                    }
+                }
+                None => n.error(
+                    "`resource` must be a mapping of attributes, e.g. `{ service.name: checkout }`",
+                ),
+            }
+        }
+        let (mut max_bytes, mut max_events, mut linger_ms) = (1 << 20, 10_000, 1000);
+        if let Some(b) = map.get("batch") {
+            if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
+                max_bytes = bm.u64("max_bytes", true).unwrap_or(max_bytes as u64) as usize;
+                max_events = bm.u64("max_events", false).unwrap_or(max_events as u64) as usize;
+                linger_ms = bm.u64("timeout_ms", false).unwrap_or(linger_ms);
+            }
+        }
+        Some(Self {
+            endpoint,
+            protocol,
+            encoding,
+            compression,
+            headers,
+            tls,
+            resource,
+            max_bytes: max_bytes.max(1024),
+            max_events: max_events.max(1),
+            linger: Duration::from_millis(linger_ms),
+            timeout: Duration::from_millis(map.u64("timeout_ms", false).unwrap_or(30_000)),
+            max_in_flight: map
+                .u64("max_in_flight_requests", false)
+                .unwrap_or(16)
+                .clamp(1, 1024) as usize,
+            dead_letter: match map.get("dead_letter") {
+                None => None,
+                Some(n) => match n.as_str() {
+                    Some("") => {
+                        n.error("`dead_letter` must be a file path, e.g. `/var/lib/petrel/otlp-dead.ndjson`");
+                        return None;
+                    }
+                    Some(p) => Some(crate::paths::resolve_path(n, p)),
+                    None => return None,
+                },
+            },
+        })
+    }
+}
+
+// ---------------------------------------------------------------------
+// Mapping events to records.
+
+/// The OTLP severity number of a level name (`0`: unknown).
+pub fn severity_number(level: &str) -> i32 {
+    let l = level.trim();
+    let eq = |s: &str| l.eq_ignore_ascii_case(s);
+    if eq("trace") {
+        1
+    } else if eq("debug") || eq("dbg") {
+        5
+    } else if eq("info") || eq("informational") || eq("information") {
+        9
+    } else if eq("notice") {
+        10
+    } else if eq("warn") || eq("warning") {
+        13
+    } else if eq("error") || eq("err") {
+        17
+    } else if eq("crit") || eq("critical") {
+        18
+    } else if eq("alert") {
+        19
+    } else if eq("fatal") || eq("emerg") || eq("emergency") || eq("panic") {
+        21
+    } else {
+        0
+    }
+}
+
+/// The semantic-convention name of a metadata field the sources set.
+fn resource_key(meta: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    Cow::Borrowed(match meta {
+        "host" => "host.name",
+        "k8s.namespace" => "k8s.namespace.name",
+        "k8s.pod_name" => "k8s.pod.name",
+        "k8s.pod_uid" => "k8s.pod.uid",
+        "k8s.container_name" => "k8s.container.name",
+        "k8s.restart_count" => "k8s.container.restart_count",
+        "k8s.node_name" => "k8s.node.name",
+        "container.image" => "container.image.name",
+        _ => {
+            if let Some(l) = meta.strip_prefix("k8s.labels.") {
+                return Cow::Owned(format!("k8s.pod.label.{l}"));
+            }
+            if let Some(a) = meta.strip_prefix("k8s.annotations.") {
+                return Cow::Owned(format!("k8s.pod.annotation.{a}"));
+            }
+            meta
+        }
+    })
+}
+
+fn string_value(s: String) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::StringValue(s)),
+    }
+}
+
+/// `b` as a string; invalid UTF-8 replaced (the fast check first: most
+/// text is valid).
+fn utf8(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
+fn text(batch: &EventBatch, v: &Value) -> Option<String> {
+    match v {
+        Value::Str(s) => Some(s.to_string()),
+        Value::Span(_) => batch.bytes_of(v).map(utf8),
+        _ => None,
+    }
+}
+
+/// The OTLP value of a field value.
+pub fn any_value(batch: &EventBatch, v: &Value) -> AnyValue {
+    use any_value::Value as V;
+    let value = match v {
+        Value::Str(s) => Some(V::StringValue(s.to_string())),
+        Value::Span(_) => Some(V::StringValue(utf8(batch.bytes_of(v).unwrap_or_default()))),
+        Value::Bytes(b) => Some(V::BytesValue(b.to_vec())),
+        Value::Int(i) => Some(V::IntValue(*i)),
+        Value::Float(f) => Some(V::DoubleValue(*f)),
+        Value::Bool(b) => Some(V::BoolValue(*b)),
+        Value::Null => None,
+        Value::Array(a) => Some(V::ArrayValue(ArrayValue {
+            values: a.iter().map(|x| any_value(batch, x)).collect(),
+        })),
+        Value::Object(o) => Some(V::KvlistValue(KeyValueList {
+            values: key_values(batch, o),
+        })),
+    };
+    AnyValue { value }
+}
+
+fn key_values(batch: &EventBatch, o: &[(petrel_core::event::Key, Value)]) -> Vec<KeyValue> {
+    o.iter()
+        .map(|(k, v)| KeyValue {
+            key: k.to_string(),
+            value: Some(any_value(batch, v)),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// What an event's resource and scope depend on, besides its batch.
+#[derive(Default)]
+struct Grouping<'a> {
+    resource: Option<&'a [(petrel_core::event::Key, Value)]>,
+    resource_schema_url: Option<&'a Value>,
+    scope: Option<&'a [(petrel_core::event::Key, Value)]>,
+    scope_schema_url: Option<&'a Value>,
+    service: Option<&'a Value>,
+}
+
+/// Maps events to records. Separate from the sink so that tests can run
+/// it alone.
+pub struct Mapper {
+    resource: Vec<(String, String)>,
+}
+
+impl Mapper {
+    /// A mapper adding `resource` to every derived resource.
+    pub fn new(resource: Vec<(String, String)>) -> Self {
+        Self { resource }
+    }
+
+    /// The resource of events of `batch` without a `resource` field.
+    fn derived_resource(&self, batch: &EventBatch, service: Option<String>) -> Resource {
+        let mut attrs: Vec<KeyValue> = Vec::new();
+        let put = |attrs: &mut Vec<KeyValue>, k: &str, v: String| {
+            if let Some(slot) = attrs.iter_mut().find(|kv| kv.key == k) {
+                slot.value = Some(string_value(v));
+            } else {
+                attrs.push(KeyValue {
+                    key: k.to_string(),
+                    value: Some(string_value(v)),
+                    ..Default::default()
+                });
+            }
+        };
+        for (k, v) in batch.source.meta.iter() {
+            put(&mut attrs, &resource_key(k), v.to_string());
+        }
+        if !batch.source.path.is_empty() {
+            put(&mut attrs, "log.file.path", batch.source.path.to_string());
+        }
+        for (k, v) in &self.resource {
+            put(&mut attrs, k, v.clone());
+        }
+        if let Some(s) = service {
+            put(&mut attrs, "service.name", s);
+        }
+        Resource {
+            attributes: attrs,
+            ..Default::default()
+        }
+    }
+
+    /// Appends one record per event of `batch` to `out`.
+    pub fn encode(&self, batch: &EventBatch, out: &mut Encoded, now: u64) {
+        // The resource and scope headers of the previous event: most
+        // events of a batch share them.
+        let mut last_key: Option<(Option<Value>, Option<Value>, Option<Value>)> = None;
+        let mut header: Vec<u8> = Vec::new();
+        for ev in &batch.events {
+            let (rec, g) = self.record(batch, ev, now);
+            // Events from the opentelemetry source carry their resource
+            // and scope; they are encoded per event (rare to be mixed).
+            let simple = g.resource.is_none() && g.scope.is_none();
+            let key = (
+                g.service.cloned(),
+                g.resource_schema_url.cloned(),
+                g.scope_schema_url.cloned(),
+            );
+            if !simple || last_key.as_ref() != Some(&key) {
+                header.clear();
+                let resource = match g.resource {
+                    Some(attrs) => Resource {
+                        attributes: key_values(batch, attrs),
+                        ..Default::default()
+                    },
+                    None => self.derived_resource(batch, g.service.and_then(|v| text(batch, v))),
+                };
+                let rl = ResourceLogs {
+                    resource: Some(resource),
+                    scope_logs: Vec::new(),
+                    schema_url: g
+                        .resource_schema_url
+                        .and_then(|v| text(batch, v))
+                        .unwrap_or_default(),
+                };
+                let sl = ScopeLogs {
+                    scope: g.scope.map(|s| scope(batch, s)),
+                    log_records: Vec::new(),
+                    schema_url: g
+                        .scope_schema_url
+                        .and_then(|v| text(batch, v))
+                        .unwrap_or_default(),
+                };
+                encode_varint(rl.encoded_len() as u64, &mut header);
+                rl.encode_raw(&mut header);
+                encode_varint(sl.encoded_len() as u64, &mut header);
+                sl.encode_raw(&mut header);
+                last_key = if simple { Some(key) } else { None };
+            }
+            out.bytes.extend_from_slice(&header);
+            rec.encode_raw(&mut out.bytes);
+            // A sentinel: the request builder strips one trailing newline
+            // from every record.
+            out.bytes.push(b'\n');
+            out.record_ends.push(out.bytes.len() as u32);
+        }
+    }
+
+    /// The record of `ev`, and what its resource and scope depend on.
+    fn record<'a>(&self, batch: &EventBatch, ev: &'a Event, now: u64) -> (LogRecord, Grouping<'a>) {
+        use fields::*;
+        let mut rec = LogRecord {
+            time_unix_nano: ev.time_ns.filter(|t| *t > 0).map_or(0, |t| t as u64),
+            observed_time_unix_nano: now,
+            body: match &ev.message {
+                Value::Null => None,
+                m => Some(any_value(batch, m)),
+            },
+            ..Default::default()
+        };
+        let mut g = Grouping::default();
+        let mut level: Option<&Value> = None;
+        let has_severity = ev
+            .fields
+            .iter()
+            .any(|(k, _)| k == SEVERITY_TEXT || k == SEVERITY_NUMBER);
+        // An event with its own resource (from the opentelemetry source)
+        // keeps a `service` field as an ordinary attribute.
+        let has_resource = ev
+            .fields
+            .iter()
+            .any(|(k, v)| k == RESOURCE && matches!(v, Value::Object(_)));
+        for (k, v) in &ev.fields {
+            let done = match (k.as_ref(), v) {
+                (RESOURCE, Value::Object(o)) => {
+                    g.resource = Some(o);
+                    true
+                }
+                (SCOPE, Value::Object(o)) => {
+                    g.scope = Some(o);
+                    true
+                }
+                (RESOURCE_SCHEMA_URL, _) if text(batch, v).is_some() => {
+                    g.resource_schema_url = Some(v);
+                    true
+                }
+                (SCOPE_SCHEMA_URL, _) if text(batch, v).is_some() => {
+                    g.scope_schema_url = Some(v);
+                    true
+                }
+                (ATTRIBUTES, Value::Object(o)) => {
+                    rec.attributes.extend(key_values(batch, o));
+                    true
+                }
+                (TRACE_ID | SPAN_ID, _) => match text(batch, v).and_then(|t| hex_bytes(&t)) {
+                    Some(b) => {
+                        if k == TRACE_ID {
+                            rec.trace_id = b;
+                        } else {
+                            rec.span_id = b;
+                        }
+                        true
+                    }
+                    None => false,
+                },
+                (FLAGS, Value::Int(i)) => {
+                    rec.flags = *i as u32;
+                    true
+                }
+                (SEVERITY_NUMBER, Value::Int(i)) => {
+                    rec.severity_number = *i as i32;
+                    true
+                }
+                (SEVERITY_TEXT, _) if text(batch, v).is_some() => {
+                    rec.severity_text = text(batch, v).unwrap_or_default();
+                    true
+                }
+                (OBSERVED_TIME, Value::Int(i)) if *i > 0 => {
+                    rec.observed_time_unix_nano = *i as u64;
+                    true
+                }
+                (DROPPED_ATTRIBUTES, Value::Int(i)) => {
+                    rec.dropped_attributes_count = *i as u32;
+                    true
+                }
+                (EVENT_NAME, _) if text(batch, v).is_some() => {
+                    rec.event_name = text(batch, v).unwrap_or_default();
+                    true
+                }
+                ("level" | "severity", _) if !has_severity && level.is_none() => {
+                    match text(batch, v) {
+                        Some(_) => {
+                            level = Some(v);
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                ("service", _) if !has_resource && text(batch, v).is_some() => {
+                    g.service = Some(v);
+                    true
+                }
+                _ => false,
+            };
+            if !done {
+                rec.attributes.push(KeyValue {
+                    key: k.to_string(),
+                    value: Some(any_value(batch, v)),
+                    ..Default::default()
+                });
+            }
+        }
+        if let Some(l) = level.and_then(|v| text(batch, v)) {
+            rec.severity_number = severity_number(&l);
+            rec.severity_text = l;
+        }
+        (rec, g)
+    }
+}
+
+fn scope(batch: &EventBatch, o: &[(petrel_core::event::Key, Value)]) -> InstrumentationScope {
+    let mut s = InstrumentationScope::default();
+    for (k, v) in o {
+        match k.as_ref() {
+            "name" => s.name = text(batch, v).unwrap_or_default(),
+            "version" => s.version = text(batch, v).unwrap_or_default(),
+            "attributes" => {
+                if let Value::Object(a) = v {
+                    s.attributes = key_values(batch, a);
+                }
+            }
+            "dropped_attributes_count" => s.dropped_attributes_count = int(v).unwrap_or(0) as u32,
+            _ => {}
+        }
+    }
+    s
+}
+
+// ---------------------------------------------------------------------
+// Requests.
+
+/// One record of an encoded payload: its resource and scope headers and
+/// the LogRecord bytes.
+struct Parts<'a> {
+    resource: &'a [u8],
+    scope: &'a [u8],
+    record: &'a [u8],
+}
+
+fn split_record(mut b: &[u8]) -> Option<Parts<'_>> {
+    let take = |b: &mut &[u8]| -> Option<usize> {
+        let n = decode_varint(b).ok()? as usize;
+        (n <= b.len()).then_some(n)
+    };
+    let n = take(&mut b)?;
+    let (resource, rest) = b.split_at(n);
+    b = rest;
+    let n = take(&mut b)?;
+    let (scope, record) = b.split_at(n);
+    Some(Parts {
+        resource,
+        scope,
+        record,
+    })
+}
+
+/// The records of one resource, by scope: (resource header, [(scope
+/// header, records)]).
+type ResourceGroup<'a> = (&'a [u8], Vec<(&'a [u8], Vec<&'a [u8]>)>);
+
+/// The `ExportLogsServiceRequest` of `records`, grouped by resource and
+/// then scope in the order they first occur.
+pub fn assemble<'a>(records: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    // resource header -> (scope header -> record list)
+    let mut groups: Vec<ResourceGroup<'_>> = Vec::new();
+    let mut index: HashMap<&[u8], usize> = HashMap::new();
+    // The group of the previous record: most records share it, and
+    // comparing is cheaper than hashing.
+    let mut last: Option<(&[u8], &[u8], usize, usize)> = None;
+    let mut size = 0;
+    for r in records {
+        let Some(p) = split_record(r) else { continue };
+        size += r.len() + 16;
+        if let Some((res, scope, gi, si)) = last {
+            if res == p.resource && scope == p.scope {
+                groups[gi].1[si].1.push(p.record);
+                continue;
+            }
+        }
+        let gi = *index.entry(p.resource).or_insert_with(|| {
+            groups.push((p.resource, Vec::new()));
+            groups.len() - 1
+        });
+        let scopes = &mut groups[gi].1;
+        let si = match scopes.iter().position(|(s, _)| *s == p.scope) {
+            Some(si) => si,
+            None => {
+                scopes.push((p.scope, Vec::new()));
+                scopes.len() - 1
+            }
+        };
+        scopes[si].1.push(p.record);
+        last = Some((p.resource, p.scope, gi, si));
+    }
+    let field_len = |n: usize| 1 + encoded_len_varint(n as u64) + n;
+    let mut out = Vec::with_capacity(size);
+    for (resource, scopes) in &groups {
+        let scope_lens: Vec<usize> = scopes
+            .iter()
+            .map(|(s, recs)| s.len() + recs.iter().map(|r| field_len(r.len())).sum::<usize>())
+            .collect();
+        let rl_len = resource.len() + scope_lens.iter().map(|&n| field_len(n)).sum::<usize>();
+        // ExportLogsServiceRequest.resource_logs = 1
+        encode_key(1, WireType::LengthDelimited, &mut out);
+        encode_varint(rl_len as u64, &mut out);
+        out.extend_from_slice(resource);
+        for ((scope, recs), len) in scopes.iter().zip(&scope_lens) {
+            // ResourceLogs.scope_logs = 2
+            encode_key(2, WireType::LengthDelimited, &mut out);
+            encode_varint(*len as u64, &mut out);
+            out.extend_from_slice(scope);
+            for r in recs {
+                // ScopeLogs.log_records = 2
+                encode_key(2, WireType::LengthDelimited, &mut out);
+                encode_varint(r.len() as u64, &mut out);
+                out.extend_from_slice(r);
+            }
+        }
+    }
+    out
+}
+
+/// The OTLP JSON of an encoded request.
+pub fn to_json(protobuf: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let req = ExportLogsServiceRequest::decode(protobuf)?;
+    Ok(serde_json::to_vec(&req)?)
+}
+
+/// A record as JSON, for the dead-letter file: its resource logs with the
+/// record alone.
+fn record_json(record: &[u8]) -> Vec<u8> {
+    let body = assemble(std::iter::once(record));
+    match ExportLogsServiceRequest::decode(&body[..]) {
+        Ok(mut r) if r.resource_logs.len() == 1 => {
+            serde_json::to_vec(&r.resource_logs.remove(0)).unwrap_or_default()
+        }
+        _ => b"\"(undecodable record)\"".to_vec(),
+    }
+}
+
+/// The number in `partial_success.rejected_log_records` of an answer.
+fn rejected_in(body: &[u8], json: bool) -> (i64, String) {
+    if json {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let ps = &v["partialSuccess"];
+        let n = match &ps["rejectedLogRecords"] {
+            serde_json::Value::Number(n) => n.as_i64().unwrap_or(0),
+            serde_json::Value::String(s) => s.parse().unwrap_or(0),
+            _ => 0,
+        };
+        (
+            n,
+            ps["errorMessage"].as_str().unwrap_or_default().to_string(),
+        )
+    } else {
+        match ExportLogsServiceResponse::decode(body) {
+            Ok(r) => r
+                .partial_success
+                .map(|p| (p.rejected_log_records, p.error_message))
+                .unwrap_or_default(),
+            Err(_) => (0, String::new()),
+        }
+    }
+}
+
+/// What to do after an answer.
+enum Outcome {
+    /// Accepted; the number of records the server rejected anyway.
+    Delivered(i64, String),
+    /// Retry after a backoff or the wait asked for.
+    Retry(Option<Duration>, String),
+    /// 401, 403, 404 and their gRPC peers: the data waits.
+    Auth(u16, &'static str, String),
+    /// The server refuses some record of the request.
+    Refused(u16, String),
+}
+
+/// `google.rpc.Status` with its `RetryInfo` detail: how a gRPC server says
+/// when to try again (the gRPC peer of `Retry-After`).
+pub(crate) mod rpc {
+    /// `google.rpc.Status`, carried in `grpc-status-details-bin`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Status {
+        /// The gRPC code.
+        #[prost(int32, tag = "1")]
+        pub code: i32,
+        /// The message.
+        #[prost(string, tag = "2")]
+        pub message: String,
+        /// Typed details.
+        #[prost(message, repeated, tag = "3")]
+        pub details: Vec<Any>,
+    }
+
+    /// `google.protobuf.Any`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Any {
+        /// The type of `value`.
+        #[prost(string, tag = "1")]
+        pub type_url: String,
+        /// The encoded message.
+        #[prost(bytes = "vec", tag = "2")]
+        pub value: Vec<u8>,
+    }
+
+    /// `google.rpc.RetryInfo`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RetryInfo {
+        /// How long to wait.
+        #[prost(message, optional, tag = "1")]
+        pub retry_delay: Option<Duration>,
+    }
+
+    /// `google.protobuf.Duration`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Duration {
+        /// Seconds.
+        #[prost(int64, tag = "1")]
+        pub seconds: i64,
+        /// Nanoseconds.
+        #[prost(int32, tag = "2")]
+        pub nanos: i32,
+    }
+
+    const RETRY_INFO: &str = "type.googleapis.com/google.rpc.RetryInfo";
+
+    /// The retry delay in a status's details, at most 5 minutes.
+    pub fn retry_delay(details: &[u8]) -> Option<std::time::Duration> {
+        use prost::Message;
+        let st = Status::decode(details).ok()?;
+        let d = st
+            .details
+            .iter()
+            .find(|a| a.type_url == RETRY_INFO)
+            .and_then(|a| RetryInfo::decode(&a.value[..]).ok())?
+            .retry_delay?;
+        let d = std::time::Duration::from_secs(d.seconds.clamp(0, 300) as u64)
+            + std::time::Duration::from_nanos(d.nanos.clamp(0, 999_999_999) as u64);
+        Some(d.min(std::time::Duration::from_secs(300)))
+    }
+
+    /// Status details asking to retry after `delay`.
+    pub fn retry_after(code: i32, message: &str, delay: std::time::Duration) -> Vec<u8> {
+        use prost::Message;
+        Status {
+            code,
+            message: message.to_string(),
+            details: vec![Any {
+                type_url: RETRY_INFO.to_string(),
+                value: RetryInfo {
+                    retry_delay: Some(Duration {
+                        seconds: delay.as_secs() as i64,
+                        nanos: delay.subsec_nanos() as i32,
+                    }),
+                }
+                .encode_to_vec(),
+            }],
+        }
+        .encode_to_vec()
+    }
+}
+
+/// gRPC: requests carrying already encoded protobuf.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+
+struct ResponseDecoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: bytes::Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for ResponseDecoder {
+    type Item = ExportLogsServiceResponse;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<ExportLogsServiceResponse>, tonic::Status> {
+        ExportLogsServiceResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = bytes::Bytes;
+    type Decode = ExportLogsServiceResponse;
+    type Encoder = RawEncoder;
+    type Decoder = ResponseDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder
+    }
+}
+
+/// Longest wait between attempts while the server refuses outright.
+const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(30);
+/// At most one loud log line per this period.
+const LOUD_EVERY: Duration = Duration::from_secs(10);
+
+/// The running opentelemetry sink.
+pub struct OtlpSink {
+    config: OtlpSinkConfig,
+    mapper: Mapper,
+    http: Option<reqwest::Client>,
+    /// gRPC: where to connect; the channel is made on the sink's runtime
+    /// at the first request.
+    grpc: Option<tonic::transport::Endpoint>,
+    channel: std::sync::OnceLock<tonic::client::Grpc<tonic::transport::Channel>>,
+    metadata: Vec<(
+        tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+        tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    )>,
+    metrics: ComponentMetrics,
+    last_loud: parking_lot::Mutex<Option<Instant>>,
+    last_rejected_log: parking_lot::Mutex<Option<Instant>>,
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl OtlpSink {
+    /// Builds the client.
+    pub fn new(c: &OtlpSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        let mut http = None;
+        let mut grpc = None;
+        let mut metadata = Vec::new();
+        match c.protocol {
+            Protocol::Http => {
+                let mut headers = HeaderMap::new();
+                for (k, v) in &c.headers {
+                    headers.insert(
+                        HeaderName::from_bytes(k.as_bytes())?,
+                        HeaderValue::from_str(v)?,
+                    );
+                }
+                let b = reqwest::Client::builder()
+                    .default_headers(headers)
+                    .timeout(c.timeout);
+                http = Some(c.tls.apply(b)?.build()?);
+            }
+            Protocol::Grpc => {
+                let mut ep = tonic::transport::Endpoint::from_shared(c.endpoint.to_string())?
+                    .timeout(c.timeout)
+                    .connect_timeout(c.timeout.min(Duration::from_secs(10)))
+                    .tcp_nodelay(true);
+                if c.endpoint.scheme() == "https" {
+                    let mut tls = tonic::transport::ClientTlsConfig::new().with_webpki_roots();
+                    if let Some(ca) = &c.tls.ca_file {
+                        let pem = std::fs::read(ca)
+                            .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
+                        tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+                    }
+                    if let (Some(cert), Some(key)) = (&c.tls.cert_file, &c.tls.key_file) {
+                        let cert = std::fs::read(cert).map_err(|e| {
+                            anyhow::anyhow!("tls.cert_file {}: {e}", cert.display())
+                        })?;
+                        let key = std::fs::read(key)
+                            .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?;
+                        tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+                    }
+                    ep = ep.tls_config(tls)?;
+                }
+                grpc = Some(ep);
+                for (k, v) in &c.headers {
+                    metadata.push((
+                        tonic::metadata::MetadataKey::from_bytes(
+                            k.to_ascii_lowercase().as_bytes(),
+                        )?,
+                        v.parse()?,
+                    ));
+                }
+            }
+        }
+        Ok(Self {
+            config: c.clone(),
+            mapper: Mapper::new(c.resource.clone()),
+            http,
+            grpc,
+            channel: std::sync::OnceLock::new(),
+            metadata,
+            metrics,
+            last_loud: parking_lot::Mutex::new(None),
+            last_rejected_log: parking_lot::Mutex::new(None),
+        })
+    }
+
+    /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
+    fn loud(&self, status: u16, text: &str, msg: &str) {
+        let mut last = self.last_loud.lock();
+        if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
+            *last = Some(Instant::now());
+            tracing::error!(status, answer = %text, endpoint = %self.config.endpoint, "opentelemetry sink: {msg}");
+        }
+    }
+
+    async fn post(&self, body: bytes::Bytes) -> Outcome {
+        let Some(client) = &self.http else {
+            return Outcome::Retry(None, "no client".into());
+        };
+        let json = self.config.encoding == OtlpEncoding::Json;
+        let mut rb = client
+            .post(self.config.endpoint.clone())
+            .header(
+                CONTENT_TYPE,
+                if json {
+                    "application/json"
+                } else {
+                    "application/x-protobuf"
+                },
+            )
+            .body(body);
+        if self.config.compression == Compression::Gzip {
+            rb = rb.header(CONTENT_ENCODING, "gzip");
+        }
+        let resp = match rb.send().await {
+            Ok(r) => r,
+            Err(e) => return Outcome::Retry(None, format!("request failed: {e}")),
+        };
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            let body = resp.bytes().await.unwrap_or_default();
+            let (n, msg) = rejected_in(&body, json);
+            return Outcome::Delivered(n, msg);
+        }
+        if matches!(status, 429 | 502 | 503 | 504) {
+            let after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s.min(300)));
+            return Outcome::Retry(after, format!("answered {status}"));
+        }
+        let text: String = resp
+            .text()
+            .await
+            .unwrap_or_default()
+            .chars()
+            .take(1024)
+            .collect();
+        match status {
+            401 => Outcome::Auth(status, "unauthorized", text),
+            403 => Outcome::Auth(status, "forbidden", text),
+            404 => Outcome::Auth(status, "not_found", text),
+            _ => Outcome::Refused(status, text),
+        }
+    }
+
+    async fn export(&self, body: bytes::Bytes) -> Outcome {
+        use tonic::Code;
+        let Some(ep) = &self.grpc else {
+            return Outcome::Retry(None, "no client".into());
+        };
+        let mut g = self
+            .channel
+            .get_or_init(|| {
+                let mut g = tonic::client::Grpc::new(ep.connect_lazy());
+                if self.config.compression == Compression::Gzip {
+                    g = g.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                g.accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+                    .max_decoding_message_size(4 << 20)
+            })
+            .clone();
+        if let Err(e) = g.ready().await {
+            return Outcome::Retry(None, format!("connection failed: {e}"));
+        }
+        let mut req = tonic::Request::new(body);
+        for (k, v) in &self.metadata {
+            req.metadata_mut().insert(k.clone(), v.clone());
+        }
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+        );
+        match g.unary(req, path, RawCodec).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                let (n, msg) = r
+                    .partial_success
+                    .map(|p| (p.rejected_log_records, p.error_message))
+                    .unwrap_or_default();
+                Outcome::Delivered(n, msg)
+            }
+            Err(s) => {
+                let text = format!("{:?}: {}", s.code(), s.message());
+                match s.code() {
+                    Code::Unavailable
+                    | Code::ResourceExhausted
+                    | Code::Aborted
+                    | Code::DeadlineExceeded
+                    | Code::Cancelled
+                    | Code::OutOfRange
+                    | Code::DataLoss => Outcome::Retry(rpc::retry_delay(s.details()), text),
+                    Code::Unauthenticated => Outcome::Auth(401, "unauthorized", text),
+                    Code::PermissionDenied => Outcome::Auth(403, "forbidden", text),
+                    Code::Unimplemented => Outcome::Auth(404, "not_found", text),
+                    // The HTTP peer of the status, for the dead letter.
+                    Code::InvalidArgument | Code::FailedPrecondition => Outcome::Refused(400, text),
+                    _ => Outcome::Refused(500, text),
+                }
+            }
+        }
+    }
+
+    fn body_of(&self, req: &Request, range: Range<usize>) -> anyhow::Result<Vec<u8>> {
+        let pb = assemble(req.records[range].iter().map(|r| &req.body[r.clone()]));
+        match (self.config.protocol, self.config.encoding) {
+            (Protocol::Http, OtlpEncoding::Json) => to_json(&pb),
+            _ => Ok(pb),
+        }
+    }
+
+    async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
+        let started = Instant::now();
+        let mut todo: Vec<Range<usize>> = Vec::new();
+        todo.push(0..req.records.len());
+        let mut backoff = Backoff::default();
+        let mut refused_backoff = Duration::from_millis(500);
+        let url = self.config.endpoint.to_string();
+        while let Some(range) = todo.pop() {
+            let raw = match self.body_of(&req, range.clone()) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(error = %e, "opentelemetry sink: cannot encode a request; the batch will be read again");
+                    return;
+                }
+            };
+            // gRPC compresses in its own framing. Shared, not copied,
+            // by each attempt.
+            let body: bytes::Bytes = if self.config.protocol == Protocol::Http
+                && self.config.compression != Compression::None
+            {
+                match compress(self.config.compression, &raw) {
+                    Ok(b) => b.into(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "opentelemetry sink: compression failed; the batch will be read again");
+                        return;
+                    }
+                }
+            } else {
+                raw.into()
+            };
+            loop {
+                let outcome = match self.config.protocol {
+                    Protocol::Http => self.post(body.clone()).await,
+                    Protocol::Grpc => self.export(body.clone()).await,
+                };
+                match outcome {
+                    Outcome::Delivered(rejected, msg) => {
+                        window.on_success();
+                        self.metrics.recovered();
+                        let rejected = rejected.clamp(0, range.len() as i64) as u64;
+                        if rejected > 0 {
+                            self.metrics.discarded("rejected", rejected);
+                            let mut last = self.last_rejected_log.lock();
+                            if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
+                                *last = Some(Instant::now());
+                                tracing::warn!(rejected, message = %msg, endpoint = %url, "opentelemetry sink: the server accepted the request but rejected some records (partial success); they are not sent again");
+                            }
+                        }
+                        self.metrics
+                            .sent_events
+                            .inc_by(range.len() as u64 - rejected);
+                        self.metrics.sent_bytes.inc_by(body.len() as u64);
+                        break;
+                    }
+                    Outcome::Retry(after, why) => {
+                        tracing::warn!(reason = %why, endpoint = %url, "opentelemetry sink: retryable failure");
+                        self.metrics.error("request_failed", 1);
+                        self.metrics.failing(format!("deliveries to {url} fail"));
+                        dm.retried_events.inc_by(range.len() as u64);
+                        window.on_failure();
+                        tokio::time::sleep(after.unwrap_or_else(|| backoff.next_delay())).await;
+                    }
+                    Outcome::Auth(status, reason, text) => {
+                        self.metrics.error(reason, 1);
+                        self.metrics
+                            .failing(format!("{status} ({reason}) from {url}"));
+                        dm.retried_events.inc_by(range.len() as u64);
+                        self.loud(status, &text, &format!(
+                            "the server answers {status} ({reason}); the data waits and is retried: fix the credentials or the endpoint"
+                        ));
+                        tokio::time::sleep(refused_backoff).await;
+                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                    }
+                    Outcome::Refused(status, text) => {
+                        if range.len() > 1 {
+                            let mid = range.start + range.len() / 2;
+                            todo.push(mid..range.end);
+                            todo.push(range.start..mid);
+                            break;
+                        }
+                        let record = &req.body[req.records[range.start].clone()];
+                        let Some(path) = self.config.dead_letter.clone() else {
+                            self.metrics.error("rejected", 1);
+                            self.metrics
+                                .failing(format!("{status} from {url} for a record"));
+                            self.loud(status, &text, &format!(
+                                "the server refuses a record ({status}); it is retried: configure `dead_letter` to set such records aside"
+                            ));
+                            tokio::time::sleep(refused_backoff).await;
+                            refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                            continue;
+                        };
+                        let json = record_json(record);
+                        match write_dead_letter(
+                            &path,
+                            &json,
+                            status,
+                            &text,
+                            self.metrics.health_key(),
+                            &url,
+                        ) {
+                            Ok(()) => {
+                                tracing::warn!(status, path = %path.display(), "opentelemetry sink: a record refused by the server was written to the dead letter file");
+                                self.metrics.discarded("dead_letter", 1);
+                                break;
+                            }
+                            Err(e) => {
+                                self.metrics.error("dead_letter_failed", 1);
+                                self.loud(status, &text, &format!(
+                                    "cannot write the dead letter file {}: {e}; the record is retried", path.display()
+                                ));
+                                tokio::time::sleep(refused_backoff).await;
+                                refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        dm.latency.observe(started.elapsed().as_secs_f64());
+        req.acks.delivered = true;
+    }
+}
+
+impl RequestSender for OtlpSink {
+    async fn send_request(self: Arc<Self>, req: Request, window: Arc<Window>, dm: DeliveryMetrics) {
+        self.send(req, &window, &dm).await
+    }
+}
+
+impl Sink for OtlpSink {
+    fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
+        self.mapper.encode(batch, out, now_ns());
+    }
+
+    fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
+        let shape = BatchShape {
+            encoding: BodyEncoding::Ndjson,
+            max_bytes: self.config.max_bytes,
+            max_events: self.config.max_events,
+            linger: self.config.linger,
+            max_in_flight: self.config.max_in_flight,
+        };
+        let dm = self.metrics.delivery();
+        Box::pin(run_batched(self, rx, shape, dm))
+    }
+}
+
+/// Registration of `type: opentelemetry`.
+pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
+    type_name: "opentelemetry",
+    keys: KEYS,
+    parse: |m| OtlpSinkConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+impl petrel_core::plugin::SinkConfig for OtlpSinkConfig {
+    fn type_name(&self) -> &'static str {
+        "opentelemetry"
+    }
+
+    fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
+        Ok(Arc::new(OtlpSink::new(self, metrics)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use petrel_core::config::{parse_yaml, ConfigErrors, Node};
+    use petrel_core::{Key, SourceInfo, Span};
+
+    fn config(yaml: &str) -> Result<OtlpSinkConfig, String> {
+        let f: Arc<str> = "t.yaml".into();
+        let raw = parse_yaml(&f, yaml).map_err(|e| e.to_string())?;
+        let errs = ConfigErrors::new();
+        let node = Node::root(&f, &raw, &errs);
+        let map = node.as_map(KEYS).ok_or("not a map")?;
+        let c = OtlpSinkConfig::parse(map);
+        match (c, errs.is_empty()) {
+            (Some(c), true) => Ok(c),
+            _ => Err(format!("{:?}", errs.into_vec())),
+        }
+    }
+
+    fn meta() -> Arc<[(Key, Arc<str>)]> {
+        vec![
+            (Key::Borrowed("host"), Arc::from("node-1")),
+            (Key::Borrowed("k8s.namespace"), Arc::from("shop")),
+            (Key::Borrowed("k8s.pod_name"), Arc::from("cart-7d")),
+            (Key::Borrowed("k8s.pod_uid"), Arc::from("0c6a")),
+            (Key::Borrowed("k8s.container_name"), Arc::from("cart")),
+            (Key::Borrowed("container.id"), Arc::from("abc123")),
+        ]
+        .into()
+    }
+
+    fn batch() -> EventBatch {
+        let mut b = EventBatch::new(
+            bytes::Bytes::from_static(b"first line\nsecond\n"),
+            Arc::new(SourceInfo::file("/var/log/pods/cart.log", meta())),
+        );
+        let mut a = Event::from_span(Span::new(0, 10));
+        a.time_ns = Some(1_700_000_000_000_000_000);
+        a.set("level".into(), Value::Str("Warning".into()));
+        a.set("n".into(), Value::Int(42));
+        a.set("ratio".into(), Value::Float(0.5));
+        a.set("ok".into(), Value::Bool(true));
+        a.set("none".into(), Value::Null);
+        a.set(
+            "tags".into(),
+            Value::Array(vec![Value::Str("x".into()), Value::Int(2)]),
+        );
+        a.set(
+            "user".into(),
+            Value::Object(vec![("id".into(), Value::Int(7))]),
+        );
+        a.set(
+            "trace_id".into(),
+            Value::Str("5b8efff798038103d269b633813fc60c".into()),
+        );
+        b.events.push(a);
+        let mut c = Event::from_span(Span::new(11, 6));
+        c.set("service".into(), Value::Str("cart".into()));
+        c.set("severity".into(), Value::Str("crit".into()));
+        b.events.push(c);
+        b.events.push(Event::from_span(Span::new(11, 6)));
+        b
+    }
+
+    fn decode_all(out: &Encoded) -> ExportLogsServiceRequest {
+        let mut start = 0;
+        let mut recs = Vec::new();
+        for &e in &out.record_ends {
+            let e = e as usize;
+            // As the request builder does: one trailing newline off.
+            recs.push(&out.bytes[start..e - 1]);
+            start = e;
+        }
+        ExportLogsServiceRequest::decode(&assemble(recs.into_iter())[..]).expect("decodes")
+    }
+
+    fn attr<'a>(kvs: &'a [KeyValue], k: &str) -> Option<&'a V> {
+        kvs.iter()
+            .find(|kv| kv.key == k)
+            .and_then(|kv| kv.value.as_ref())
+            .and_then(|v| v.value.as_ref())
+    }
+
+    fn s(x: &str) -> V {
+        V::StringValue(x.into())
+    }
+
+    #[test]
+    fn severity_names_map_to_otlp_numbers() {
+        for (name, n) in [
+            ("trace", 1),
+            ("DEBUG", 5),
+            ("info", 9),
+            ("notice", 10),
+            ("warn", 13),
+            ("Warning", 13),
+            ("error", 17),
+            ("err", 17),
+            ("crit", 18),
+            ("critical", 18),
+            ("alert", 19),
+            ("emerg", 21),
+            ("fatal", 21),
+            ("whatever", 0),
+        ] {
+            assert_eq!(severity_number(name), n, "{name}");
+        }
+    }
+
+    #[test]
+    fn events_become_typed_records_grouped_by_resource() {
+        let m = Mapper::new(vec![("deployment.environment".into(), "prod".into())]);
+        let mut out = Encoded::default();
+        m.encode(&batch(), &mut out, 99);
+        assert_eq!(out.record_ends.len(), 3);
+        let req = decode_all(&out);
+        // Two resources: the one with service.name = cart, and the rest.
+        assert_eq!(req.resource_logs.len(), 2, "{req:?}");
+        let r0 = &req.resource_logs[0];
+        let ra = &r0.resource.as_ref().unwrap().attributes;
+        assert_eq!(attr(ra, "host.name"), Some(&s("node-1")));
+        assert_eq!(attr(ra, "k8s.namespace.name"), Some(&s("shop")));
+        assert_eq!(attr(ra, "k8s.pod.name"), Some(&s("cart-7d")));
+        assert_eq!(attr(ra, "k8s.pod.uid"), Some(&s("0c6a")));
+        assert_eq!(attr(ra, "k8s.container.name"), Some(&s("cart")));
+        assert_eq!(attr(ra, "container.id"), Some(&s("abc123")));
+        assert_eq!(
+            attr(ra, "log.file.path"),
+            Some(&s("/var/log/pods/cart.log"))
+        );
+        assert_eq!(attr(ra, "deployment.environment"), Some(&s("prod")));
+        assert_eq!(attr(ra, "service.name"), None);
+        let recs = &r0.scope_logs[0].log_records;
+        assert_eq!(recs.len(), 2, "the first and third event share a resource");
+        let a = &recs[0];
+        assert_eq!(a.time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(a.observed_time_unix_nano, 99);
+        assert_eq!(a.body.as_ref().unwrap().value, Some(s("first line")));
+        assert_eq!(
+            (a.severity_number, a.severity_text.as_str()),
+            (13, "Warning")
+        );
+        assert_eq!(a.trace_id.len(), 16);
+        assert_eq!(attr(&a.attributes, "n"), Some(&V::IntValue(42)));
+        assert_eq!(attr(&a.attributes, "ratio"), Some(&V::DoubleValue(0.5)));
+        assert_eq!(attr(&a.attributes, "ok"), Some(&V::BoolValue(true)));
+        assert_eq!(attr(&a.attributes, "none"), None);
+        assert!(a.attributes.iter().any(|kv| kv.key == "none"));
+        assert!(
+            matches!(attr(&a.attributes, "tags"), Some(V::ArrayValue(x)) if x.values.len() == 2)
+        );
+        assert!(
+            matches!(attr(&a.attributes, "user"), Some(V::KvlistValue(x)) if x.values[0].key == "id")
+        );
+        assert!(
+            attr(&a.attributes, "level").is_none() && attr(&a.attributes, "trace_id").is_none()
+        );
+        // No parsed time: only the observed time.
+        assert_eq!(recs[1].time_unix_nano, 0);
+        let r1 = &req.resource_logs[1];
+        let ra = &r1.resource.as_ref().unwrap().attributes;
+        assert_eq!(attr(ra, "service.name"), Some(&s("cart")));
+        let c = &r1.scope_logs[0].log_records[0];
+        assert_eq!((c.severity_number, c.severity_text.as_str()), (18, "crit"));
+        assert!(c.attributes.is_empty(), "service and severity are consumed");
+    }
+
+    #[test]
+    fn otlp_fields_from_the_source_map_back_exactly() {
+        let json = serde_json::json!({"resourceLogs": [{
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "a"}},
+                                        {"key": "n", "value": {"intValue": "3"}}]},
+            "schemaUrl": "https://s/1",
+            "scopeLogs": [{
+                "scope": {"name": "lib", "version": "1", "attributes": [{"key": "k", "value": {"boolValue": true}}]},
+                "schemaUrl": "https://s/2",
+                "logRecords": [{
+                    "timeUnixNano": "5", "observedTimeUnixNano": "6",
+                    "severityNumber": 17, "severityText": "E",
+                    "body": {"kvlistValue": {"values": [{"key": "x", "value": {"doubleValue": 1.5}}]}},
+                    "attributes": [{"key": "level", "value": {"stringValue": "not the severity"}},
+                                   {"key": "b", "value": {"bytesValue": "AQI="}}],
+                    "flags": 1, "droppedAttributesCount": 2, "eventName": "ev",
+                    "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"
+                }, {
+                    "observedTimeUnixNano": "7", "body": {"stringValue": "plain"}
+                }]
+            }]
+        }, {
+            "resource": {},
+            "scopeLogs": [{"logRecords": [{"observedTimeUnixNano": "8"}]}]
+        }]});
+        let want: ExportLogsServiceRequest = serde_json::from_value(json).expect("OTLP JSON");
+        let mut b = EventBatch::new(
+            bytes::Bytes::new(),
+            Arc::new(SourceInfo {
+                meta: meta(),
+                ..Default::default()
+            }),
+        );
+        crate::sources::opentelemetry::events(&want, &mut b.events);
+        assert_eq!(b.events.len(), 3);
+        let mut out = Encoded::default();
+        Mapper::new(vec![("ignored".into(), "for such events".into())]).encode(&b, &mut out, 1);
+        let got = decode_all(&out);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_event_with_its_own_resource_keeps_service_as_an_attribute() {
+        let mut b = EventBatch::new(
+            bytes::Bytes::new(),
+            Arc::new(SourceInfo {
+                meta: meta(),
+                ..Default::default()
+            }),
+        );
+        let mut ev = Event {
+            message: Value::Str("m".into()),
+            fields: Vec::new(),
+            time_ns: None,
+        };
+        ev.set("service".into(), Value::Str("svc".into()));
+        ev.set(
+            "resource".into(),
+            Value::Object(vec![("k".into(), Value::Str("v".into()))]),
+        );
+        b.events.push(ev);
+        let mut out = Encoded::default();
+        Mapper::new(vec![("x".into(), "y".into())]).encode(&b, &mut out, 1);
+        let req = decode_all(&out);
+        let ra = &req.resource_logs[0].resource.as_ref().unwrap().attributes;
+        assert_eq!(ra.len(), 1, "the event's resource alone: {ra:?}");
+        assert_eq!(attr(ra, "k"), Some(&s("v")));
+        let rec = &req.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(attr(&rec.attributes, "service"), Some(&s("svc")));
+    }
+
+    #[test]
+    fn json_encoding_follows_the_otlp_mapping() {
+        let mut out = Encoded::default();
+        Mapper::new(Vec::new()).encode(&batch(), &mut out, 1_700_000_000_000_000_123);
+        let mut recs = Vec::new();
+        let mut start = 0;
+        for &e in &out.record_ends {
+            recs.push(&out.bytes[start..e as usize - 1]);
+            start = e as usize;
+        }
+        let json = to_json(&assemble(recs.into_iter())).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let rec = &v["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+        assert_eq!(rec["timeUnixNano"], "1700000000000000000", "{rec}");
+        assert_eq!(rec["observedTimeUnixNano"], "1700000000000000123");
+        assert_eq!(rec["traceId"], "5b8efff798038103d269b633813fc60c");
+        assert_eq!(rec["severityNumber"], 13);
+        assert_eq!(rec["body"]["stringValue"], "first line");
+        let attrs = rec["attributes"].as_array().unwrap();
+        let n = attrs.iter().find(|a| a["key"] == "n").unwrap();
+        assert_eq!(n["value"]["intValue"], "42", "int64 as a string");
+        let user = attrs.iter().find(|a| a["key"] == "user").unwrap();
+        assert_eq!(user["value"]["kvlistValue"]["values"][0]["key"], "id");
+        // And it reads back as the same request.
+        let back: ExportLogsServiceRequest = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.resource_logs[0].scope_logs[0].log_records.len(), 2);
+    }
+
+    #[test]
+    fn answers_and_dead_letters() {
+        assert_eq!(
+            rejected_in(
+                br#"{"partialSuccess":{"rejectedLogRecords":"4","errorMessage":"bad"}}"#,
+                true
+            ),
+            (4, "bad".to_string())
+        );
+        assert_eq!(
+            rejected_in(br#"{"partialSuccess":{"rejectedLogRecords":2}}"#, true).0,
+            2
+        );
+        assert_eq!(rejected_in(b"{}", true).0, 0);
+        let pb = ExportLogsServiceResponse {
+            partial_success: Some(
+                opentelemetry_proto::tonic::collector::logs::v1::ExportLogsPartialSuccess {
+                    rejected_log_records: 3,
+                    error_message: "x".into(),
+                },
+            ),
+        }
+        .encode_to_vec();
+        assert_eq!(rejected_in(&pb, false).0, 3);
+        assert_eq!(rejected_in(b"", false).0, 0);
+        let mut out = Encoded::default();
+        Mapper::new(Vec::new()).encode(&batch(), &mut out, 1);
+        let first = &out.bytes[..out.record_ends[0] as usize - 1];
+        let v: serde_json::Value = serde_json::from_slice(&record_json(first)).unwrap();
+        assert_eq!(
+            v["scopeLogs"][0]["logRecords"][0]["body"]["stringValue"],
+            "first line"
+        );
+    }
+
+    #[test]
+    fn retry_info_gives_the_grpc_retry_delay() {
+        let d = rpc::retry_after(14, "full", Duration::from_millis(1500));
+        assert_eq!(rpc::retry_delay(&d), Some(Duration::from_millis(1500)));
+        assert_eq!(rpc::retry_delay(b""), None);
+        let far = rpc::retry_after(8, "x", Duration::from_secs(3600));
+        assert_eq!(rpc::retry_delay(&far), Some(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn config_errors_are_reported() {
+        assert!(config("protocol: http").is_err(), "endpoint required");
+        assert!(config("endpoint: ftp://x/v1/logs").is_err());
+        assert!(
+            config("endpoint: http://x:4318").is_err(),
+            "http wants the full URL"
+        );
+        assert!(config("endpoint: http://x:4317\nprotocol: grpc\nencoding: json").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\nprotocol: smoke").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\ncompression: zstd").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\ntls: { cert_file: /a }").is_err());
+        assert!(config("endpoint: http://x:4318/v1/logs\nresource: [a]").is_err());
+        let c = config("endpoint: http://x:4318/v1/logs").expect("defaults");
+        assert_eq!(
+            (c.protocol, c.encoding, c.compression),
+            (Protocol::Http, OtlpEncoding::Protobuf, Compression::None)
+        );
+        assert!(c.tls.verify);
+        let c = config("endpoint: http://x:4317\nprotocol: grpc\nresource: { service.name: a }\nheaders: { x-token: t }").expect("grpc");
+        assert_eq!(
+            c.resource,
+            vec![("service.name".to_string(), "a".to_string())]
+        );
+        assert_eq!(c.headers.len(), 1);
+    }
+}

@@ -1,0 +1,852 @@
+//! The `opentelemetry` sink and source against a real OpenTelemetry
+//! Collector v0.161.0 (built by scripts/otelcol.sh into .cache/otelcol):
+//! Petrel → collector (gRPC) → Petrel (HTTP) keeps every line with its
+//! attributes and resource; OTLP in → OTLP out keeps resource, scope and
+//! record fields exactly (over HTTP protobuf and JSON, and the gRPC
+//! source); a full spool answers 429 and the collector's retries then
+//! deliver everything; TLS on both protocols; the sink's answers (retry,
+//! dead letter, partial success); what the source answered 200 survives
+//! `kill -9`.
+
+#![cfg(feature = "opentelemetry")]
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+
+/// A collector process with its own directory; killed on drop.
+struct Otelcol {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+fn otelcol_bin() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/otelcol/otelcol");
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/otelcol.sh (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+impl Otelcol {
+    /// Starts a collector with `config` (YAML) and waits until `port`
+    /// accepts connections.
+    fn start(config: &str, port: u16) -> Otelcol {
+        let dir = tempfile::Builder::new()
+            .prefix("petrel-otelcol-")
+            .tempdir()
+            .expect("temp dir");
+        let cfg = dir.path().join("config.yaml");
+        std::fs::write(&cfg, config).expect("write collector config");
+        let log = std::fs::File::create(dir.path().join("otelcol.log")).expect("log");
+        let mut cmd = Command::new(otelcol_bin());
+        cmd.arg("--config")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("log fd")))
+            .stderr(Stdio::from(log));
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("start the collector");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!(
+                    "the collector exited ({st}):\n{}",
+                    std::fs::read_to_string(dir.path().join("otelcol.log")).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the collector did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Otelcol { dir, child }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("otelcol.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Otelcol {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        // Bounded: SIGKILL ends it at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if std::thread::panicking() {
+            eprintln!("--- collector log ---\n{}", self.log());
+        }
+    }
+}
+
+/// The collector's configuration: an OTLP receiver (`receiver`, YAML of
+/// `protocols:`), the batch processor, and `exporter` (YAML, id first).
+fn collector_config(receiver: &str, exporter: &str, exporter_id: &str) -> String {
+    format!(
+        "receivers:\n  otlp:\n    protocols:\n{receiver}processors:\n  batch:\n    send_batch_size: 1000\n    send_batch_max_size: 1000\n    timeout: 200ms\nexporters:\n{exporter}service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs:\n      receivers: [otlp]\n      processors: [batch]\n      exporters: [{exporter_id}]\n"
+    )
+}
+
+fn otlp_http_exporter(port: u16) -> String {
+    format!(
+        "  otlp_http:\n    logs_endpoint: http://127.0.0.1:{port}/v1/logs\n    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_interval: 1s\n      max_elapsed_time: 300s\n"
+    )
+}
+
+#[test]
+fn petrel_to_collector_over_grpc_to_petrel_over_http_keeps_attributes_and_resource() {
+    const N: usize = 5000;
+    let dir = tempdir();
+    let (grpc_port, b_port) = (free_port(), free_port());
+    // The receiving agent: OTLP/HTTP in, ndjson out.
+    let out = dir.path().join("out.ndjson");
+    let b_cfg = write_config(
+        dir.path(),
+        "receiver",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    http_address: 127.0.0.1:{b_port}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            out.display()
+        ),
+    );
+    let b_data = dir.path().join("b-data");
+    let _b = Agent::start(&b_cfg, &b_data);
+    let col = Otelcol::start(
+        &collector_config(
+            &format!("      grpc:\n        endpoint: 127.0.0.1:{grpc_port}\n"),
+            &otlp_http_exporter(b_port),
+            "otlp_http",
+        ),
+        grpc_port,
+    );
+    // The sending agent: JSON lines, parsed, out over gRPC.
+    let log = dir.path().join("app.log");
+    let mut lines = Vec::new();
+    for i in 0..N {
+        lines.extend_from_slice(
+            format!(
+                "{{\"message\":\"line-{i:05} hello\",\"level\":\"{}\",\"n\":{i},\"user\":{{\"id\":7,\"tags\":[\"a\",\"b\"]}},\"ok\":true,\"ratio\":0.5,\"service\":\"checkout\"}}\n",
+                if i % 2 == 0 { "warn" } else { "ERROR" }
+            )
+            .as_bytes(),
+        );
+    }
+    append(&log, &lines);
+    let a_cfg = write_config(
+        dir.path(),
+        "sender",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: parse_json\nsinks:\n  - type: opentelemetry\n    protocol: grpc\n    endpoint: http://127.0.0.1:{grpc_port}\n    compression: gzip\n    resource: {{ deployment.environment: test }}\n    batch: {{ max_events: 700, timeout_ms: 200 }}\n",
+            log.display()
+        ),
+    );
+    let _a = Agent::start(&a_cfg, &dir.path().join("a-data"));
+    wait_for(Duration::from_secs(120), "every line through", || {
+        let n = count_lines(&out);
+        if n >= N {
+            Ok(())
+        } else {
+            Err(format!("{n} of {N}"))
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let got = json_lines(&out);
+    assert_eq!(got.len(), N, "lines arrived once each");
+    let host = hostname();
+    let mut seen = HashSet::new();
+    for ev in &got {
+        let msg = ev["message"].as_str().expect("message").to_string();
+        let i: usize = msg[5..10].parse().expect("number");
+        assert!(seen.insert(i), "line {i} twice");
+        let r = &ev["resource"];
+        assert_eq!(r["service.name"], "checkout", "{ev}");
+        assert_eq!(r["deployment.environment"], "test", "{ev}");
+        assert_eq!(r["host.name"], host.as_str(), "{ev}");
+        assert_eq!(r["log.file.path"], log.to_str().unwrap(), "{ev}");
+        let a = &ev["attributes"];
+        assert_eq!(a["n"], i, "{ev}");
+        assert_eq!(a["ok"], true, "{ev}");
+        assert_eq!(a["ratio"], 0.5, "{ev}");
+        assert_eq!(
+            a["user"],
+            serde_json::json!({"id": 7, "tags": ["a", "b"]}),
+            "{ev}"
+        );
+        assert!(
+            a.get("level").is_none() && a.get("service").is_none(),
+            "{ev}"
+        );
+        if i % 2 == 0 {
+            assert_eq!(ev["severity_text"], "warn", "{ev}");
+            assert_eq!(ev["severity_number"], 13, "{ev}");
+        } else {
+            assert_eq!(ev["severity_text"], "ERROR", "{ev}");
+            assert_eq!(ev["severity_number"], 17, "{ev}");
+        }
+        assert!(
+            ev["observed_time_unix_nano"].as_i64().unwrap_or(0) > 0,
+            "{ev}"
+        );
+    }
+    drop(col);
+}
+
+/// An OTLP/JSON request with two resources, scopes, every attribute type,
+/// trace context, severity and times.
+fn rich_request() -> serde_json::Value {
+    serde_json::json!({
+      "resourceLogs": [
+        {
+          "resource": {"attributes": [
+            {"key": "service.name", "value": {"stringValue": "cart"}},
+            {"key": "k8s.pod.uid", "value": {"stringValue": "0c6a-11"}},
+            {"key": "replicas", "value": {"intValue": "3"}}
+          ]},
+          "schemaUrl": "https://opentelemetry.io/schemas/1.26.0",
+          "scopeLogs": [{
+            "scope": {"name": "io.petrel.test", "version": "1.2.3",
+                      "attributes": [{"key": "lib", "value": {"stringValue": "x"}}]},
+            "logRecords": [
+              {
+                "timeUnixNano": "1700000000000000001",
+                "observedTimeUnixNano": "1700000000500000000",
+                "severityNumber": 17,
+                "severityText": "ERROR",
+                "body": {"stringValue": "payment failed"},
+                "attributes": [
+                  {"key": "http.status", "value": {"intValue": "502"}},
+                  {"key": "ratio", "value": {"doubleValue": 0.25}},
+                  {"key": "ok", "value": {"boolValue": false}},
+                  {"key": "tags", "value": {"arrayValue": {"values": [
+                    {"stringValue": "a"}, {"intValue": "2"}]}}},
+                  {"key": "ctx", "value": {"kvlistValue": {"values": [
+                    {"key": "user", "value": {"stringValue": "u1"}}]}}}
+                ],
+                "flags": 1,
+                "traceId": "5b8efff798038103d269b633813fc60c",
+                "spanId": "eee19b7ec3c1b174"
+              },
+              {
+                "observedTimeUnixNano": "1700000000600000000",
+                "body": {"kvlistValue": {"values": [{"key": "a", "value": {"intValue": "1"}}]}},
+                "eventName": "login"
+              }
+            ]
+          }]
+        },
+        {
+          "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "billing"}}]},
+          "scopeLogs": [{
+            "scope": {"name": "other"},
+            "logRecords": [{
+              "timeUnixNano": "1700000001000000000",
+              "observedTimeUnixNano": "1700000001000000000",
+              "severityNumber": 9,
+              "severityText": "INFO",
+              "body": {"stringValue": "invoice sent"}
+            }]
+          }]
+        }
+      ]
+    })
+}
+
+fn parse_request(json: &[u8]) -> ExportLogsServiceRequest {
+    serde_json::from_slice(json)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(json)))
+}
+
+#[test]
+fn otlp_in_otlp_out_keeps_resource_scope_and_record_fields() {
+    let dir = tempdir();
+    let (col_port, src_port) = (free_port(), free_port());
+    let file = dir.path().join("collector-out.json");
+    let col = Otelcol::start(
+        &collector_config(
+            &format!("      http:\n        endpoint: 127.0.0.1:{col_port}\n"),
+            &format!("  file:\n    path: {}\n", file.display()),
+            "file",
+        ),
+        col_port,
+    );
+    let cfg = write_config(
+        dir.path(),
+        "relay",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    http_address: 127.0.0.1:{src_port}\nsinks:\n  - type: opentelemetry\n    endpoint: http://127.0.0.1:{col_port}/v1/logs\n    batch: {{ timeout_ms: 100 }}\n"
+        ),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    let input = rich_request();
+    let (status, body) = post(
+        src_port,
+        "/v1/logs",
+        &[("Content-Type", "application/json")],
+        input.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let got = wait_for(Duration::from_secs(60), "the collector's file", || {
+        let text = std::fs::read(&file).unwrap_or_default();
+        let mut all = ExportLogsServiceRequest::default();
+        for line in split_lines(&text) {
+            all.resource_logs.extend(parse_request(&line).resource_logs);
+        }
+        let n: usize = all
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        if n >= 3 {
+            Ok(all)
+        } else {
+            Err(format!("{n} records"))
+        }
+    });
+    let want = parse_request(input.to_string().as_bytes());
+    assert_eq!(got, want, "what came out differs from what went in");
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_sent_events_total",
+            &[
+                ("component_type", "opentelemetry"),
+                ("component_kind", "sink")
+            ]
+        ),
+        3.0
+    );
+    drop(col);
+}
+
+#[test]
+fn a_full_spool_answers_429_and_the_collectors_retries_deliver_everything() {
+    full_spool(false);
+}
+
+#[test]
+fn a_full_spool_answers_unavailable_over_grpc_and_the_collectors_retries_deliver_everything() {
+    full_spool(true);
+}
+
+/// Petrel → collector → Petrel (HTTP, or gRPC when `grpc`) whose 1 MiB
+/// spool fills while its sink is held: refusals, then every line once.
+fn full_spool(grpc: bool) {
+    const N: usize = 20_000;
+    let dir = tempdir();
+    let (grpc_port, b_port) = (free_port(), free_port());
+    // The receiving agent's sink is held: its 1 MiB spool fills.
+    let stalled = Arc::new(Stalled::default());
+    let down = serve_stalled(stalled.clone());
+    let b_cfg = write_config(
+        dir.path(),
+        "receiver",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    {}_address: 127.0.0.1:{b_port}\n    max_body_bytes: 256KiB\n    buffer: {{ type: disk, max_bytes: 1MiB }}\nsinks:\n  - type: http\n    url: http://{down}/ingest\n    batch: {{ max_events: 500, timeout_ms: 100 }}\n    max_in_flight_requests: 2\n",
+            if grpc { "grpc" } else { "http" }
+        ),
+    );
+    let b = Agent::start(&b_cfg, &dir.path().join("b-data"));
+    let exporter = if grpc {
+        format!("  otlp_grpc:\n    endpoint: 127.0.0.1:{b_port}\n    tls:\n      insecure: true\n    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_interval: 1s\n      max_elapsed_time: 300s\n")
+    } else {
+        otlp_http_exporter(b_port)
+    };
+    let col = Otelcol::start(
+        &collector_config(
+            &format!("      grpc:\n        endpoint: 127.0.0.1:{grpc_port}\n"),
+            &exporter,
+            if grpc { "otlp_grpc" } else { "otlp_http" },
+        ),
+        grpc_port,
+    );
+    let log = dir.path().join("app.log");
+    let mut lines = Vec::new();
+    for i in 0..N {
+        lines.extend_from_slice(
+            format!("line-{i:06} a line long enough to fill a small spool quickly, padded out\n")
+                .as_bytes(),
+        );
+    }
+    append(&log, &lines);
+    let a_cfg = write_config(
+        dir.path(),
+        "sender",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: opentelemetry\n    protocol: grpc\n    endpoint: http://127.0.0.1:{grpc_port}\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n",
+            log.display()
+        ),
+    );
+    let _a = Agent::start(&a_cfg, &dir.path().join("a-data"));
+    // The spool fills and requests are refused with 429.
+    wait_for(Duration::from_secs(120), "429 answers", || {
+        let n = b.metric_or_zero(
+            "petrel_component_errors_total",
+            &[
+                ("component_type", "opentelemetry"),
+                ("error_type", "buffer_full"),
+            ],
+        );
+        if n >= 3.0 {
+            Ok(())
+        } else {
+            Err(format!("{n} refusals"))
+        }
+    });
+    // Let the data out: the collector's retries bring the rest.
+    stalled.released.store(true, Ordering::SeqCst);
+    let count = || -> usize {
+        stalled
+            .bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| split_lines(b).len())
+            .sum()
+    };
+    wait_for(Duration::from_secs(240), "every line delivered", || {
+        let n = count();
+        if n >= N {
+            Ok(())
+        } else {
+            Err(format!("{n} of {N}"))
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let mut seen = HashSet::new();
+    for body in stalled.bodies.lock().unwrap().iter() {
+        for line in split_lines(body) {
+            let v: serde_json::Value = serde_json::from_slice(&line).expect("json");
+            let msg = v["message"].as_str().expect("message").to_string();
+            assert!(seen.insert(msg.clone()), "{msg} delivered twice");
+        }
+    }
+    assert_eq!(seen.len(), N, "every line exactly once");
+    drop(col);
+}
+
+#[test]
+fn round_trip_through_the_grpc_source_and_the_json_sink_keeps_everything() {
+    // test → collector (HTTP in) → otlp_grpc → Petrel's source (gRPC) →
+    // Petrel's sink (OTLP/HTTP JSON, gzip) → collector (HTTP in) → file.
+    let dir = tempdir();
+    let (in_port, out_port, src_port) = (free_port(), free_port(), free_port());
+    let file = dir.path().join("collector-out.json");
+    let config = format!(
+        "receivers:\n  otlp/in:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{in_port}\n  otlp/out:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{out_port}\nexporters:\n  otlp_grpc:\n    endpoint: 127.0.0.1:{src_port}\n    tls:\n      insecure: true\n    retry_on_failure:\n      initial_interval: 200ms\n      max_interval: 1s\n  file:\n    path: {}\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    logs/in:\n      receivers: [otlp/in]\n      exporters: [otlp_grpc]\n    logs/out:\n      receivers: [otlp/out]\n      exporters: [file]\n",
+        file.display()
+    );
+    let cfg = write_config(
+        dir.path(),
+        "relay",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{src_port}\nsinks:\n  - type: opentelemetry\n    endpoint: http://127.0.0.1:{out_port}/v1/logs\n    encoding: json\n    compression: gzip\n    batch: {{ timeout_ms: 100 }}\n"
+        ),
+    );
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    let col = Otelcol::start(&config, in_port);
+    wait_for(Duration::from_secs(30), "the out receiver", || {
+        std::net::TcpStream::connect(("127.0.0.1", out_port))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let input = rich_request();
+    let (status, body) = post(
+        in_port,
+        "/v1/logs",
+        &[("Content-Type", "application/json")],
+        input.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let got = wait_for(Duration::from_secs(60), "the collector's file", || {
+        let text = std::fs::read(&file).unwrap_or_default();
+        let mut all = ExportLogsServiceRequest::default();
+        for line in split_lines(&text) {
+            all.resource_logs.extend(parse_request(&line).resource_logs);
+        }
+        let n: usize = all
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        if n >= 3 {
+            Ok(all)
+        } else {
+            Err(format!("{n} records"))
+        }
+    });
+    let want = parse_request(input.to_string().as_bytes());
+    assert_eq!(got, want, "what came out differs from what went in");
+    drop(col);
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl is needed");
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `ca.pem` and a server certificate for 127.0.0.1 signed by it
+/// (`server.pem`, `server.key`), in `dir`.
+fn certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=petrel test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
+}
+
+#[test]
+fn tls_on_both_protocols() {
+    const N: usize = 200;
+    let dir = tempdir();
+    certificates(dir.path());
+    let d = dir.path().display();
+    let (grpc_port, http_port) = (free_port(), free_port());
+    let out = dir.path().join("out.ndjson");
+    let b_cfg = write_config(
+        dir.path(),
+        "receiver",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{grpc_port}\n    http_address: 127.0.0.1:{http_port}\n    tls: {{ cert_file: {d}/server.pem, key_file: {d}/server.key }}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            out.display()
+        ),
+    );
+    let _b = Agent::start(&b_cfg, &dir.path().join("b-data"));
+    let log = dir.path().join("app.log");
+    let mut lines = Vec::new();
+    for i in 0..N {
+        lines.extend_from_slice(format!("line-{i:04}\n").as_bytes());
+    }
+    append(&log, &lines);
+    let a_cfg = write_config(
+        dir.path(),
+        "sender",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: opentelemetry\n    protocol: grpc\n    endpoint: https://127.0.0.1:{grpc_port}\n    tls: {{ ca_file: {d}/ca.pem }}\n    resource: {{ via: grpc }}\n    batch: {{ timeout_ms: 100 }}\n  - type: opentelemetry\n    endpoint: https://127.0.0.1:{http_port}/v1/logs\n    tls: {{ ca_file: {d}/ca.pem }}\n    resource: {{ via: http }}\n    compression: gzip\n    batch: {{ timeout_ms: 100 }}\n",
+            log.display()
+        ),
+    );
+    let _a = Agent::start(&a_cfg, &dir.path().join("a-data"));
+    wait_for(Duration::from_secs(60), "every line by both sinks", || {
+        let n = count_lines(&out);
+        if n >= 2 * N {
+            Ok(())
+        } else {
+            Err(format!("{n} of {}", 2 * N))
+        }
+    });
+    let got = json_lines(&out);
+    assert_eq!(got.len(), 2 * N);
+    for via in ["grpc", "http"] {
+        let msgs: HashSet<&str> = got
+            .iter()
+            .filter(|e| e["resource"]["via"] == via)
+            .map(|e| e["message"].as_str().unwrap())
+            .collect();
+        assert_eq!(msgs.len(), N, "{via}");
+    }
+}
+
+/// An OTLP/HTTP endpoint answering as told: the first request 503 with
+/// `Retry-After`, any request holding a record `bad...` 400, and a
+/// partial success for each `reject-me` record. Records of requests
+/// answered 2xx are kept.
+#[derive(Default)]
+struct Picky {
+    requests: std::sync::atomic::AtomicUsize,
+    accepted: std::sync::Mutex<Vec<String>>,
+}
+
+fn serve_picky(state: Arc<Picky>) -> std::net::SocketAddr {
+    use prost::Message;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/v1/logs",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let s = state.clone();
+                    async move {
+                        use axum::http::StatusCode;
+                        use opentelemetry_proto::tonic::collector::logs::v1::*;
+                        if s.requests.fetch_add(1, Ordering::SeqCst) == 0 {
+                            return (StatusCode::SERVICE_UNAVAILABLE, [("Retry-After", "1")], Vec::new());
+                        }
+                        let req = ExportLogsServiceRequest::decode(&body[..]).expect("protobuf");
+                        let bodies: Vec<String> = req
+                            .resource_logs
+                            .iter()
+                            .flat_map(|r| &r.scope_logs)
+                            .flat_map(|s| &s.log_records)
+                            .map(|r| match r.body.as_ref().and_then(|b| b.value.as_ref()) {
+                                Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(t)) => t.clone(),
+                                _ => String::new(),
+                            })
+                            .collect();
+                        if bodies.iter().any(|b| b.starts_with("bad")) {
+                            return (StatusCode::BAD_REQUEST, [("Retry-After", "0")], b"bad record".to_vec());
+                        }
+                        let rejected = bodies.iter().filter(|b| *b == "reject-me").count() as i64;
+                        s.accepted.lock().unwrap().extend(bodies);
+                        let answer = ExportLogsServiceResponse {
+                            partial_success: (rejected > 0).then(|| ExportLogsPartialSuccess {
+                                rejected_log_records: rejected,
+                                error_message: "not today".into(),
+                            }),
+                        };
+                        (StatusCode::OK, [("Retry-After", "0")], answer.encode_to_vec())
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    addr
+}
+
+#[test]
+fn answers_retry_dead_letter_and_partial_success() {
+    let dir = tempdir();
+    let picky = Arc::new(Picky::default());
+    let addr = serve_picky(picky.clone());
+    let log = dir.path().join("app.log");
+    append(
+        &log,
+        b"one\ntwo\nbad record\nthree\nreject-me\nfour\nfive\nsix\n",
+    );
+    let dead = dir.path().join("dead.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "picky",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: opentelemetry\n    endpoint: http://{addr}/v1/logs\n    dead_letter: {}\n    batch: {{ timeout_ms: 300 }}\n",
+            log.display(),
+            dead.display()
+        ),
+    );
+    let data = dir.path().join("data");
+    let agent = Agent::start(&cfg, &data);
+    let size = std::fs::metadata(&log).unwrap().len();
+    wait_for(
+        Duration::from_secs(60),
+        "the file committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    let mut accepted = picky.accepted.lock().unwrap().clone();
+    accepted.sort();
+    assert_eq!(
+        accepted,
+        ["five", "four", "one", "reject-me", "six", "three", "two"]
+    );
+    let dl = json_lines(&dead);
+    assert_eq!(dl.len(), 1, "{dl:?}");
+    assert_eq!(dl[0]["status"], 400);
+    assert_eq!(dl[0]["answer"], "bad record");
+    assert_eq!(
+        dl[0]["record"]["scopeLogs"][0]["logRecords"][0]["body"]["stringValue"],
+        "bad record"
+    );
+    let m = |name: &str, labels: &[(&str, &str)]| {
+        let mut l = vec![("component_type", "opentelemetry")];
+        l.extend_from_slice(labels);
+        agent.metric_or_zero(name, &l)
+    };
+    assert_eq!(
+        m(
+            "petrel_component_discarded_events_total",
+            &[("reason", "rejected")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "petrel_component_discarded_events_total",
+            &[("reason", "dead_letter")]
+        ),
+        1.0
+    );
+    assert!(
+        m(
+            "petrel_component_errors_total",
+            &[("error_type", "request_failed")]
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn what_the_source_answered_200_survives_kill_9() {
+    use prost::Message;
+    const REQUESTS: usize = 40;
+    const PER: usize = 50;
+    let dir = tempdir();
+    let port = free_port();
+    // The sink's endpoint holds everything: nothing is delivered (and
+    // committed) before the kill. After the restart a second endpoint
+    // answers (the first one's held requests are never answered, so what
+    // arrives was read from the spool again).
+    let config = |down: std::net::SocketAddr| {
+        write_config(
+            dir.path(),
+            "durable",
+            &format!(
+                "sources:\n  - type: opentelemetry\n    http_address: 127.0.0.1:{port}\nsinks:\n  - type: http\n    url: http://{down}/ingest\n    batch: {{ timeout_ms: 100 }}\n"
+            ),
+        )
+    };
+    let never = Arc::new(Stalled::default());
+    let cfg = config(serve_stalled(never.clone()));
+    let data = dir.path().join("data");
+    let mut agent = Agent::start(&cfg, &data);
+    for r in 0..REQUESTS {
+        let mut req: ExportLogsServiceRequest = serde_json::from_value(serde_json::json!({
+            "resourceLogs": [{"scopeLogs": [{"logRecords": []}]}]
+        }))
+        .unwrap();
+        let recs = &mut req.resource_logs[0].scope_logs[0].log_records;
+        for i in 0..PER {
+            let rec = opentelemetry_proto::tonic::logs::v1::LogRecord {
+                body: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                    value: Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                            format!("r{r:03}-{i:03}"),
+                        ),
+                    ),
+                }),
+                ..Default::default()
+            };
+            recs.push(rec);
+        }
+        let (status, body) = post(
+            port,
+            "/v1/logs",
+            &[("Content-Type", "application/x-protobuf")],
+            &req.encode_to_vec(),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    agent.kill9();
+    assert!(never.bodies.lock().unwrap().is_empty(), "nothing answered");
+    let held = Arc::new(Stalled::default());
+    held.released.store(true, Ordering::SeqCst);
+    let cfg = config(serve_stalled(held.clone()));
+    let _again = Agent::start(&cfg, &data);
+    let distinct = || -> HashSet<String> {
+        held.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| split_lines(b))
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_slice(&l).expect("json");
+                v["message"].as_str().expect("message").to_string()
+            })
+            .collect()
+    };
+    wait_for(Duration::from_secs(60), "every accepted record", || {
+        let n = distinct().len();
+        if n >= REQUESTS * PER {
+            Ok(())
+        } else {
+            Err(format!("{n} of {}", REQUESTS * PER))
+        }
+    });
+    assert_eq!(distinct().len(), REQUESTS * PER);
+}

@@ -11,6 +11,7 @@
 #![cfg(feature = "opentelemetry")]
 
 mod common;
+mod victorialogs;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -849,4 +850,88 @@ fn what_the_source_answered_200_survives_kill_9() {
         }
     });
     assert_eq!(distinct().len(), REQUESTS * PER);
+}
+
+/// Petrel → VictoriaLogs over OTLP/HTTP protobuf (VictoriaLogs takes OTLP
+/// logs at `/insert/opentelemetry/v1/logs`, protobuf only): every line
+/// stored once, with its severity, attributes and resource.
+#[test]
+fn petrel_to_victorialogs_over_otlp_http_protobuf() {
+    const N: usize = 20_000;
+    let vl = victorialogs::VictoriaLogs::start();
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    let mut text = String::new();
+    for i in 0..N {
+        let level = ["info", "warn", "error"][i % 3];
+        text.push_str(&format!(
+            "{{\"level\":\"{level}\",\"seq\":{i},\"msg\":\"served request {i}\",\"service\":\"checkout\"}}\n"
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    let data = dir.path().join("data");
+    let cfg = write_config(
+        dir.path(),
+        "vl",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: parse_json\nsinks:\n  - type: opentelemetry\n    endpoint: {}/insert/opentelemetry/v1/logs\n    encoding: protobuf\n    resource: {{ deployment.environment: test }}\n    batch: {{ max_events: 2000, timeout_ms: 100 }}\n",
+            log.display(),
+            vl.url()
+        ),
+    );
+    let _agent = Agent::start(&cfg, &data);
+    let size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    wait_for(
+        Duration::from_secs(120),
+        "every line committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    assert_eq!(vl.count("*"), N as u64, "records stored");
+    let uniq = vl.query("* | stats count_uniq(seq) as u");
+    assert_eq!(
+        uniq[0]["u"].as_str(),
+        Some(N.to_string().as_str()),
+        "each line once"
+    );
+    let by_level = vl.query("* | stats by (severity_text) count() as n");
+    let mut levels: Vec<(String, String)> = by_level
+        .iter()
+        .map(|r| {
+            (
+                r["severity_text"].as_str().unwrap_or_default().to_string(),
+                r["n"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    levels.sort();
+    let count = |k: usize| (0..N).filter(|i| i % 3 == k).count().to_string();
+    let want = vec![
+        ("error".to_string(), count(2)),
+        ("info".to_string(), count(0)),
+        ("warn".to_string(), count(1)),
+    ];
+    assert_eq!(levels, want, "severity per record: {by_level:?}");
+    let one = vl.query("seq:=17");
+    assert_eq!(one.len(), 1, "{one:?}");
+    let r = &one[0];
+    // The body is the event's message (the line; parse_json keeps it),
+    // the parsed fields are attributes, the level gives the severity.
+    assert!(
+        r["_msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"seq\":17"),
+        "{r}"
+    );
+    assert_eq!(r["msg"], "served request 17", "{r}");
+    assert_eq!(
+        r["severity_number"], "17",
+        "error is SEVERITY_NUMBER_ERROR: {r}"
+    );
+    assert_eq!(r["service.name"], "checkout", "{r}");
+    assert_eq!(r["deployment.environment"], "test", "{r}");
+    assert_eq!(r["log.file.path"], log.display().to_string(), "{r}");
 }

@@ -10,7 +10,10 @@
 #   opentelemetry   the opentelemetry sink, OTLP/HTTP protobuf (when built in)
 #
 # against bench/lib/accept_server.py, a local endpoint that answers every
-# request at once (its CPU is not the agent's). Each sink runs BENCH_RUNS
+# request at once (its CPU is not the agent's), or with
+# BENCH_STORE=victorialogs into a real VictoriaLogs (scripts/victorialogs.sh;
+# Loki push, OTLP, its Elasticsearch bulk and JSON-lines endpoints; the
+# server's own CPU seconds per GB are reported in a column of their own). Each sink runs BENCH_RUNS
 # times (default 3), interleaved; a row reports the median and range of the
 # agent's CPU seconds per GB (GB = 10^9 bytes of input), MB/s, peak RSS
 # (VmHWM) and peak `petrel_memory_used_bytes`, and the ratio of its CPU per
@@ -46,8 +49,19 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 "$BIN" gen --format json512 --size "$SIZE" --output "$WORK/in.log" >/dev/null
 LINES=$(wc -l < "$WORK/in.log")
 PORT=$(free_port)
-python3 "$ROOT/bench/lib/accept_server.py" "$PORT" > "$WORK/server.json" &
-SERVER=$!
+STORE=${BENCH_STORE:-accept}
+if [[ "$STORE" == victorialogs ]]; then
+    "$ROOT/scripts/victorialogs.sh" >&2
+    "$ROOT/.cache/victorialogs/bin/victoria-logs" -httpListenAddr="127.0.0.1:$PORT" \
+        -storageDataPath="$WORK/vl" -retentionPeriod=100y -futureRetention=100y \
+        -loggerLevel=ERROR > "$WORK/vl.log" 2>&1 &
+    SERVER=$!
+    echo '"victorialogs v1.52.1"' > "$WORK/server.json"
+else
+    python3 "$ROOT/bench/lib/accept_server.py" "$PORT" > "$WORK/server.json" &
+    SERVER=$!
+fi
+server_cpu() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
 for _ in $(seq 50); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && break
     sleep 0.1
@@ -60,6 +74,16 @@ available() {
     ! "$BIN" validate --config "$probe" 2>&1 | grep -q "unknown sink type"
 }
 variant() {
+    if [[ "$STORE" == victorialogs ]]; then
+        case "$1" in
+            file-ndjson) echo "ndjson-file:$WORK/out.ndjson" ;;
+            http) echo "http:$URL/insert/jsonline?_msg_field=message" ;;
+            elasticsearch) echo "elasticsearch:$URL/insert/elasticsearch" ;;
+            opentelemetry) echo "opentelemetry:$URL/insert/opentelemetry" ;;
+            *) echo "$1:$URL/insert" ;;
+        esac
+        return
+    fi
     case "$1" in
         file-ndjson) echo "ndjson-file:$WORK/out.ndjson" ;;
         loki-json) echo "loki-json:$URL" ;;
@@ -74,15 +98,20 @@ for run in $(seq "$RUNS"); do
             continue
         fi
         rm -f "$WORK/out.ndjson"
+        cpu0=$(server_cpu)
         python3 "$ROOT/bench/petrel_bench.py" throughput --bin "$BIN" --file "$WORK/in.log" \
             --lines "$LINES" --sink "$(variant "$s")" --parse json512 --threads "$THREADS" \
             --workdir "$WORK/run" --quiet-wait 60 \
-            | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['name']='$s'; d['run']=$run; print(json.dumps(d))" \
-            >> "$WORK/results.jsonl"
+            > "$WORK/one.json"
+        # The server's CPU during the run, in clock ticks.
+        cpu1=$(server_cpu)
+        python3 -c "import json,os,sys; d=json.load(open(sys.argv[1])); d['name']='$s'; d['run']=$run; d['server_cpu_s']=($cpu1-$cpu0)/os.sysconf('SC_CLK_TCK'); print(json.dumps(d))" \
+            "$WORK/one.json" >> "$WORK/results.jsonl"
     done
 done
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
-python3 - "$WORK/results.jsonl" "$SIZE" "$RUNS" "$(cat "$WORK/server.json")" <<'PY' | tee "$OUT/sinks.md"
+[[ "$STORE" != victorialogs ]] || echo '"victorialogs v1.52.1"' > "$WORK/server.json"
+python3 - "$WORK/results.jsonl" "$SIZE" "$RUNS" "$(cat "$WORK/server.json")" <<'PY' | tee "$OUT/sinks-$STORE.md"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 size, runs, server = sys.argv[2], sys.argv[3], sys.argv[4]
@@ -92,13 +121,14 @@ for r in rows:
 def gb(r): return r["bytes"] / 1e9
 base = statistics.median(r["cpu_s"] / gb(r) for r in by.get("file-ndjson", [])) if "file-ndjson" in by else None
 print(f"json512 {size} + parse_json, {runs} runs per sink (median, range); endpoint: {server}\n")
-print("| sink | CPU s/GB | range | MB/s | peak RSS MB | peak memory_used MB | × file-ndjson |")
-print("|---|---|---|---|---|---|---|")
+print("| sink | CPU s/GB | range | MB/s | peak RSS MB | peak memory_used MB | × file-ndjson | server CPU s/GB |")
+print("|---|---|---|---|---|---|---|---|")
 for name, rs in by.items():
     cpu = [r["cpu_s"] / gb(r) for r in rs]
     mbs = [r["bytes"] / 1e6 / r["wall_s"] for r in rs]
     med = statistics.median(cpu)
     ratio = f"{med / base:.2f}" if base else "—"
     print(f"| {name} | {med:.2f} | {min(cpu):.2f}–{max(cpu):.2f} | {statistics.median(mbs):.0f} | "
-          f"{max(r['hwm_kb'] for r in rs) / 1024:.0f} | {max(r['memory_used_peak_bytes'] for r in rs) / 2**20:.1f} | {ratio} |")
+          f"{max(r['hwm_kb'] for r in rs) / 1024:.0f} | {max(r['memory_used_peak_bytes'] for r in rs) / 2**20:.1f} | {ratio} | "
+          f"{statistics.median(r['server_cpu_s'] / gb(r) for r in rs):.2f} |")
 PY

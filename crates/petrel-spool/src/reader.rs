@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,8 @@ use crate::{
 
 const STATE_FILE: &str = "reader.state";
 const LOCK_FILE: &str = "reader.lock";
+/// The spool's identity: 32 hex digits, random, made once per directory.
+const ID_FILE: &str = "spool.id";
 
 /// Where damaged segments are moved once read, for an operator to look
 /// at, instead of being deleted.
@@ -86,6 +88,8 @@ struct Segment {
 
 /// Reads a spool directory; only one reader per directory at a time.
 pub struct Reader {
+    /// See [`Reader::identity`].
+    identity: Option<u128>,
     dir: PathBuf,
     _lock: File,
     segments: BTreeMap<u64, Segment>,
@@ -117,7 +121,17 @@ impl Reader {
             ));
         }
         let committed = read_state(dir)?;
+        let identity = match load_or_create_identity(dir) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                // Ids of documents then fall back to server-assigned ones:
+                // worse for duplicates, never for loss.
+                eprintln!("petrel-spool: no identity for {}: {e}", dir.display());
+                None
+            }
+        };
         let mut reader = Self {
+            identity,
             dir: dir.to_path_buf(),
             _lock: lock,
             segments: BTreeMap::new(),
@@ -153,6 +167,14 @@ impl Reader {
     /// Damaged segments moved to [`QUARANTINE_DIR`] since opening.
     pub fn quarantined_segments(&self) -> u64 {
         self.quarantined
+    }
+
+    /// The spool directory's identity (`spool.id`, made on first open):
+    /// with a segment number and an offset it names one record for the
+    /// directory's life, so sinks can give what they read stable ids.
+    /// `None` when it could neither be read nor written.
+    pub fn identity(&self) -> Option<u128> {
+        self.identity
     }
 
     /// Segments currently known.
@@ -517,4 +539,36 @@ fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> 
         }
     }
     Ok(n)
+}
+
+/// Reads the spool's identity, or makes one (random, written atomically)
+/// for a directory that has none. Segment numbers are microsecond times,
+/// so (identity, segment, offset) names one record for the directory's
+/// whole life; a directory deleted and made again gets a new identity.
+fn load_or_create_identity(dir: &Path) -> io::Result<u128> {
+    let path = dir.join(ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            return u128::from_str_radix(text.trim(), 16).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} is not 32 hex digits", path.display()),
+                )
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut raw = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    let id = u128::from_le_bytes(raw);
+    let tmp = dir.join(format!(".{ID_FILE}.{}", std::process::id()));
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(format!("{id:032x}\n").as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    File::open(dir)?.sync_all()?;
+    Ok(id)
 }

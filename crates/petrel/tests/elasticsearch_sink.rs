@@ -493,3 +493,81 @@ fn a_data_stream_gets_every_event_once_even_when_the_file_is_read_again() {
     assert_eq!(src["file"], log.display().to_string(), "{v}");
     assert!(src["@timestamp"].is_string(), "{v}");
 }
+
+/// A spool-backed source (`petrel pipe` into a spool directory, read by
+/// `type: spool`) has stable ids too: the spool's identity, the segment
+/// and the record's offset. Two `kill -9` while delivering, then exactly
+/// one document per line.
+#[test]
+fn a_spool_backed_source_leaves_no_duplicate_after_kill_9() {
+    const N: usize = 100_000;
+    let os = OpenSearch::start(&[]);
+    let dir = tempdir();
+    let spool = dir.path().join("spool");
+    let mut pipe = std::process::Command::new(bin())
+        .args(["pipe", "--spool-dir"])
+        .arg(&spool)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("petrel pipe");
+    pipe.stdin
+        .take()
+        .expect("stdin")
+        .write_all(&numbered(0, N))
+        .expect("write to the pipe");
+    assert!(pipe.wait().expect("pipe exit").success());
+    let data = dir.path().join("data");
+    let cfg = write_config(
+        dir.path(),
+        "spool-es",
+        &format!(
+            "sources:\n  - type: spool\n    path: \"{}\"\nsinks:\n  - type: elasticsearch\n    endpoints: [\"{}\"]\n    index: spool9\n    batch: {{ max_events: 2000, timeout_ms: 200 }}\n",
+            spool.display(),
+            os.url()
+        ),
+    );
+    let mut dups_seen = 0.0;
+    for at in [15_000u64, 50_000] {
+        let mut agent = Agent::start(&cfg, &data);
+        wait_for(Duration::from_secs(120), "documents arriving", || {
+            let c = os.count("spool9");
+            if c >= at {
+                Ok(())
+            } else {
+                Err(format!("{c} documents"))
+            }
+        });
+        dups_seen += sink_metric(&agent, "petrel_component_duplicates_skipped_total");
+        agent.kill9();
+    }
+    let agent = Agent::start(&cfg, &data);
+    wait_for(
+        Duration::from_secs(120),
+        "every line indexed",
+        || match os.count("spool9") {
+            c if c >= N as u64 => Ok(()),
+            c => Err(format!("{c} documents")),
+        },
+    );
+    // What the agent still had in flight is answered (409 or 201) before
+    // the count is final.
+    wait_for(Duration::from_secs(60), "the spool delivered", || {
+        let sent = sink_metric(&agent, "petrel_component_sent_events_total")
+            + sink_metric(&agent, "petrel_component_duplicates_skipped_total");
+        let inflight = sink_metric(&agent, "petrel_component_in_flight_batches");
+        if sent > 0.0 && inflight == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{sent} answered, {inflight} in flight"))
+        }
+    });
+    assert_eq!(os.count("spool9"), N as u64, "documents");
+    let dups = os.repeated("spool9", "message.keyword");
+    assert!(dups.is_empty(), "messages indexed twice: {dups:?}");
+    dups_seen += sink_metric(&agent, "petrel_component_duplicates_skipped_total");
+    assert!(
+        dups_seen > 0.0,
+        "records read again after kill -9 must have met their own ids (409)"
+    );
+    assert!(spool.join("spool.id").exists(), "the spool has an identity");
+}

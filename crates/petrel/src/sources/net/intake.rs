@@ -262,7 +262,8 @@ fn start_with(
                 .map_err(|e| anyhow::anyhow!("cannot write the spool {}: {e}", dir.display()))?;
             let writer = Arc::new(SharedWriter::new(writer, buffer.sync_interval)?);
             let acks = Acks::new();
-            let delivery = Delivery::new(delivery_parts, acks.clone());
+            let mut delivery = Delivery::new(delivery_parts, acks.clone());
+            delivery.spool_identity = reader.identity();
             let mut r = SpoolReader {
                 reader,
                 delivery,
@@ -343,7 +344,7 @@ pub fn start_spool_reader(
     let flags = Arc::new(Flags::default());
     let counters = counters(ctx);
     let acks = Acks::new();
-    let delivery = Delivery::new(
+    let mut delivery = Delivery::new(
         (
             ctx.emitter.clone(),
             decode,
@@ -353,6 +354,7 @@ pub fn start_spool_reader(
         ),
         acks.clone(),
     );
+    delivery.spool_identity = reader.identity();
     let mut r = SpoolReader {
         reader,
         delivery,
@@ -466,6 +468,10 @@ struct Delivery {
     acks: Arc<Acks>,
     /// Batch origins by peer, so a stream from one peer shares one.
     infos: HashMap<Option<Arc<str>>, Arc<SourceInfo>>,
+    /// The spool's identity, when blocks come from a spool: each event's
+    /// position (segment and offset) then stays the same however often
+    /// it is read, for sinks' document ids.
+    spool_identity: Option<u128>,
 }
 
 type DeliveryParts = (
@@ -487,6 +493,7 @@ impl Delivery {
             counters,
             acks,
             infos: HashMap::new(),
+            spool_identity: None,
         }
     }
 
@@ -522,7 +529,7 @@ impl Delivery {
         let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
         let frames = block.frames.len() as u64;
         let bytes: u64 = block.frames.iter().map(|s| s.len as u64).sum();
-        let batch = self.batch(&block, extra, seq);
+        let batch = self.batch(&block, extra, seq, chunk.as_deref());
         self.acks.retained.lock().insert(
             seq,
             Retained {
@@ -538,8 +545,27 @@ impl Delivery {
         self.emitter.emit(batch);
     }
 
-    fn batch(&mut self, block: &Block, charge: MemoryCharge, seq: u64) -> EventBatch {
+    fn batch(
+        &mut self,
+        block: &Block,
+        charge: MemoryCharge,
+        seq: u64,
+        chunk: Option<&ChunkDone>,
+    ) -> EventBatch {
         let mut batch = EventBatch::new(block.buf.clone(), self.info(&block.peer));
+        // A spooled block's buffer is its chunk as read from the segment,
+        // so a frame's buffer position plus the chunk's start is where it
+        // sits in the segment: the same every time it is read.
+        if let (Some(id), Some(c)) = (self.spool_identity, chunk) {
+            let mut key = [0u8; 24];
+            key[..16].copy_from_slice(&id.to_le_bytes());
+            key[16..].copy_from_slice(&c.segment.to_le_bytes());
+            batch.origin = Some(petrel_core::Origin {
+                stream: twox_hash::XxHash3_128::oneshot(&key),
+                base: c.start,
+                starts: None,
+            });
+        }
         batch.events.reserve(block.frames.len());
         self.decode.decode(block, &mut batch);
         batch.input_bytes = block.frames.iter().map(|s| s.len as u64).sum();
@@ -571,7 +597,7 @@ impl Delivery {
             );
             r.retry_at = None;
             let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
-            let batch = self.batch(&r.block, MemoryCharge::none(), seq);
+            let batch = self.batch(&r.block, MemoryCharge::none(), seq, r.chunk.as_deref());
             self.acks.retained.lock().insert(seq, r);
             self.emitter.emit(batch);
         }

@@ -17,12 +17,21 @@
 #     no_new_privs, read-only root; unshare + setpriv, needs root), it reads
 #     root's logs and checkpoints, and cannot read another owner's log;
 #     `petrel validate` accepts the ConfigMap's pipelines as the kubelet
-#     mounts them (and rejects one with a misspelled source key).
-# kubeconform and kustomize are built with `go install` from the Go module
-# proxy, the OpenAPI spec comes from the same proxy (`go mod download`);
+#     mounts them (and rejects one with a misspelled source key);
+#   - the Helm chart deploy/helm/petrel: `helm lint` (and --strict), `helm
+#     template` with the default values, with containerFiles.enabled=true
+#     and with scripts/check-kubernetes/helm/values-full.yaml, validated by
+#     the same kubeconform; the defaults render deploy/kubernetes' DaemonSet
+#     and ConfigMap (helm-same.py), consistency.py holds for the renders,
+#     every scripts/check-kubernetes/helm/invalid/*.yaml values file is
+#     rejected for its `# expect:` reason, and the agent accepts the
+#     rendered args and pipelines (`petrel validate`).
+# kubeconform, kustomize and helm are built with `go install` from the Go
+# module proxy, the OpenAPI spec comes from the same proxy (`go mod download`);
 # all cached in .cache/kubernetes/ (git-ignored), so a rerun takes seconds.
 # Needs go >= 1.26 (PATH or /usr/local/go/bin), python3 with PyYAML
-# (python3-yaml, installed with apt when missing) and cargo.
+# (python3-yaml, installed with apt when missing) and cargo (not used when
+# PETREL names an agent binary already built: PETREL=path/to/petrel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -30,12 +39,14 @@ start=$SECONDS
 
 KUBECONFORM_VERSION=v0.8.0
 KUSTOMIZE_VERSION=v5.7.1 # v5.8 needs go 1.27
+HELM_VERSION=v3.22.0
 # The oldest and the newest Kubernetes the manifests are meant for.
 K8S_VERSIONS=(1.30.14 1.37.2)
 
 cache=$root/.cache/kubernetes
 here=$root/scripts/check-kubernetes
 manifests=$root/deploy/kubernetes
+chart=$root/deploy/helm/petrel
 
 step() { printf '\n== %s\n' "$*"; }
 fail() {
@@ -77,9 +88,11 @@ go_install() { # $1 = binary name, $2 = package@version
 }
 go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION
 go_install kustomize sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION
+go_install helm helm.sh/helm/v3/cmd/helm@$HELM_VERSION
 kubeconform=$cache/bin/kubeconform
 kustomize=$cache/bin/kustomize
-echo "kubeconform $KUBECONFORM_VERSION, kustomize $("$kustomize" version), $("$GO" version)"
+helm=$cache/bin/helm
+echo "kubeconform $KUBECONFORM_VERSION, kustomize $("$kustomize" version), helm $("$helm" version --template '{{ .Version }}') ($HELM_VERSION), $("$GO" version)"
 
 step "schemas from the Kubernetes OpenAPI spec (${K8S_VERSIONS[*]})"
 # Regenerated when the converter changes (its hash is in the stamp).
@@ -152,10 +165,90 @@ done
 step "consistency: mounts, args, probes, host paths of the pipelines, no RBAC, what the schema cannot see"
 "$PY" "$here/consistency.py" "$work/built.yaml" "$work"
 
+step "helm lint deploy/helm/petrel (and --strict)"
+# helm reads no kubeconfig and no repositories: a private, empty home.
+export HELM_CACHE_HOME=$work/helm-home/cache HELM_CONFIG_HOME=$work/helm-home/config \
+    HELM_DATA_HOME=$work/helm-home/data KUBECONFIG=/dev/null
+hvalues=$here/helm/values-full.yaml
+"$helm" lint "$chart" || fail "helm lint"
+"$helm" lint --strict "$chart" || fail "helm lint --strict"
+"$helm" lint --strict "$chart" --set containerFiles.enabled=true || fail "helm lint --strict, containerFiles.enabled=true"
+"$helm" lint --strict "$chart" -f "$hvalues" || fail "helm lint --strict -f ${hvalues#"$root"/}"
+
+step "helm template: default values, containerFiles.enabled=true, ${hvalues#"$root"/}; kubeconform -strict"
+render() { # $1 = output name, then helm flags
+    local out=$work/helm-$1.yaml
+    shift
+    "$helm" template petrel "$chart" --namespace petrel "$@" >"$out" || fail "helm template $*"
+    local flags="${*:-(default values)}"
+    echo "helm template ${flags//"$root"\//}: $(grep -c '^kind:' "$out") objects: $(sed -n 's/^kind: //p' "$out" | paste -sd' ')"
+}
+render default
+render container-files --set containerFiles.enabled=true
+render full -f "$hvalues"
+validate "$work"/helm-{default,container-files,full}.yaml || fail "kubeconform rejected what the chart renders (above)"
+
+step "the chart's defaults render deploy/kubernetes; container_files adds hostPID and SYS_PTRACE only"
+"$PY" "$here/helm-same.py" "$work/built.yaml" "$work/helm-default.yaml" ||
+    fail "the chart's default values do not render deploy/kubernetes (above)"
+"$PY" - "$work/helm-default.yaml" "$work/helm-container-files.yaml" <<'PYEOF' || fail "containerFiles.enabled=true"
+import sys, yaml
+def ds(p):
+    (d,) = [d for d in yaml.safe_load_all(open(p)) if d and d["kind"] == "DaemonSet"]
+    d["spec"]["template"]["metadata"]["annotations"].pop("checksum/pipelines")
+    return d
+plain, cf = ds(sys.argv[1]), ds(sys.argv[2])
+spec = cf["spec"]["template"]["spec"]
+caps = spec["containers"][0]["securityContext"]["capabilities"]
+if spec.pop("hostPID", None) is not True or caps.pop("add", None) != ["SYS_PTRACE"]:
+    sys.exit("containerFiles.enabled=true: no hostPID: true and capabilities.add [SYS_PTRACE]")
+if plain != cf:
+    sys.exit("containerFiles.enabled=true changes more than hostPID and SYS_PTRACE")
+print("containerFiles.enabled=true: hostPID: true and SYS_PTRACE added, nothing else changed")
+PYEOF
+
+step "consistency of the chart's renders (default values, ${hvalues#"$root"/})"
+# Not the container_files render: it adds a capability, which consistency.py
+# refuses (the securityContext emulated below has none).
+for r in default full; do
+    mkdir "$work/helm-$r"
+    "$PY" "$here/consistency.py" "$work/helm-$r.yaml" "$work/helm-$r" || fail "consistency of the chart's $r render"
+done
+
+step "negative checks: the chart rejects each invalid values file, for its reason"
+n=0
+for f in "$here"/helm/invalid/*.yaml; do
+    want=$(sed -n 's/^# expect: //p' "$f")
+    [[ -n $want ]] || fail "$f has no '# expect: ' line"
+    # Rejected by the values schema (lint and template), or else by
+    # kubeconform on what the chart renders.
+    if out=$("$helm" lint --strict "$chart" -f "$f" 2>&1); then
+        out=$("$helm" template petrel "$chart" --namespace petrel -f "$f" 2>&1 >"$work/neg.yaml") &&
+            out=$(validate "$work/neg.yaml" 2>&1) && {
+            echo "$out"
+            fail "helm lint, helm template and kubeconform accepted $f: the checks prove nothing"
+        }
+    elif "$helm" template petrel "$chart" -f "$f" >/dev/null 2>&1; then
+        fail "helm lint rejected $f but helm template accepted it"
+    fi
+    grep -qF -- "$want" <<<"$out" || {
+        echo "$out"
+        fail "$f was rejected, but not with '$want'"
+    }
+    echo "rejected as expected: ${f#"$root"/}: $want"
+    n=$((n + 1))
+done
+((n >= 3)) || fail "only $n negative values files"
+
 step "the real agent: the DaemonSet's args and the ConfigMap's pipelines"
-# Builds only when the binary is stale (after `cargo test --release` it is not).
-cargo build --release --locked -p petrel
-petrel=${CARGO_TARGET_DIR:-$root/target}/release/petrel
+if [[ -n ${PETREL:-} ]]; then
+    petrel=$PETREL
+    [[ -x $petrel ]] || fail "PETREL=$petrel is not an executable"
+else
+    # Builds only when the binary is stale (after `cargo test --release` it is not).
+    cargo build --release --locked -p petrel
+    petrel=${CARGO_TARGET_DIR:-$root/target}/release/petrel
+fi
 mapfile -t args <"$work/args"
 # clap parses every flag and value before honouring a trailing --help:
 # exit 0 means the agent accepts these args as they are.
@@ -231,6 +324,25 @@ grep -qF 'max_merged_line_byte`' <<<"$out" || {
     fail "petrel validate rejected the misspelled key, but without naming it"
 }
 echo "misspelled key rejected: $out"
+
+step "the chart's renders: the agent takes their args, petrel validate their pipelines"
+for r in default full; do
+    mapfile -t args <"$work/helm-$r/args"
+    "$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the args the chart renders ($r): ${args[*]}"
+    echo "$r: args accepted: ${args[*]}"
+    # The variables the pod gets from Secrets, set as the kubelet would.
+    mapfile -t secret_env < <("$PY" -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "DaemonSet":
+        for e in d["spec"]["template"]["spec"]["containers"][0].get("env", []):
+            if "secretKeyRef" in e.get("valueFrom", {}):
+                print(e["name"] + "=from-a-secret")
+' "$work/helm-$r.yaml")
+    env "${secret_env[@]}" "$petrel" validate --config "$work/helm-$r/pipelines/" ||
+        fail "petrel validate rejects the pipelines the chart renders ($r, above)"
+    echo "$r: pipelines valid (with ${secret_env[*]:-no secret})"
+done
 
 echo
 echo "check-kubernetes: OK in $((SECONDS - start)) s"

@@ -288,27 +288,9 @@ impl ElasticsearchConfig {
                 ..Tls::default()
             },
         };
-        let (mut max_bytes, mut max_events, mut linger_ms) = (5 << 20, 10_000, 1000);
-        if let Some(b) = map.get("batch") {
-            if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
-                max_bytes = bm.u64("max_bytes", true).unwrap_or(max_bytes as u64) as usize;
-                max_events = bm.u64("max_events", false).unwrap_or(max_events as u64) as usize;
-                linger_ms = bm.u64("timeout_ms", false).unwrap_or(linger_ms);
-            }
-        }
-        let dead_letter = match map.get("dead_letter") {
-            None => None,
-            Some(n) => {
-                match n.as_str() {
-                    Some("") => {
-                        n.error("`dead_letter` must be a file path, e.g. `/var/lib/petrel/es-dead.ndjson`");
-                        return None;
-                    }
-                    Some(p) => Some(crate::paths::resolve_path(n, p)),
-                    None => return None,
-                }
-            }
-        };
+        let (max_bytes, max_events, linger) =
+            super::http::parse_batch(&map, (5 << 20, 10_000, 1000));
+        let dead_letter = super::http::parse_dead_letter(&map, "/var/lib/petrel/es-dead.ndjson")?;
         Some(Self {
             endpoints,
             index,
@@ -319,9 +301,9 @@ impl ElasticsearchConfig {
             auth,
             tls,
             pipeline: map.str("pipeline").map(str::to_string),
-            max_bytes: max_bytes.max(1024),
-            max_events: max_events.max(1),
-            linger: Duration::from_millis(linger_ms),
+            max_bytes,
+            max_events,
+            linger,
             timeout: Duration::from_millis(map.u64("timeout_ms", false).unwrap_or(60_000)),
             max_in_flight: map
                 .u64("max_in_flight_requests", false)

@@ -121,39 +121,66 @@ impl HttpSinkConfig {
             None => Compression::None,
         };
         let headers = parse_headers(&map);
-        let (mut max_bytes, mut max_events, mut linger_ms) = (1 << 20, 10_000, 1000);
-        if let Some(b) = map.get("batch") {
-            if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
-                max_bytes = bm.u64("max_bytes", true).unwrap_or(max_bytes as u64) as usize;
-                max_events = bm.u64("max_events", false).unwrap_or(max_events as u64) as usize;
-                linger_ms = bm.u64("timeout_ms", false).unwrap_or(linger_ms);
-            }
-        }
+        let (max_bytes, max_events, linger) =
+            super::http::parse_batch(&map, (1 << 20, 10_000, 1000));
+        let dead_letter =
+            super::http::parse_dead_letter(&map, "/var/lib/petrel/dead-letter.ndjson")?;
         Some(Self {
             url,
             encoding,
             compression,
             headers,
-            max_bytes: max_bytes.max(1024),
-            max_events: max_events.max(1),
-            linger: Duration::from_millis(linger_ms),
+            max_bytes,
+            max_events,
+            linger,
             timeout: Duration::from_millis(map.u64("timeout_ms", false).unwrap_or(30_000)),
             max_in_flight: map
                 .u64("max_in_flight_requests", false)
                 .unwrap_or(16)
                 .clamp(1, 1024) as usize,
-            dead_letter: match map.get("dead_letter") {
-                None => None,
-                Some(n) => match n.as_str() {
-                    Some("") => {
-                        n.error("`dead_letter` must be a file path, e.g. `/var/lib/petrel/dead-letter.ndjson`");
-                        return None;
-                    }
-                    Some(p) => Some(crate::paths::resolve_path(n, p)),
-                    None => return None,
-                },
-            },
+            dead_letter,
         })
+    }
+}
+
+/// Reads `batch: { max_bytes, max_events, timeout_ms }` over `defaults`
+/// (bytes, events, milliseconds): at least 1 KiB and one event per request.
+pub(super) fn parse_batch(
+    map: &Map<'_>,
+    defaults: (usize, usize, u64),
+) -> (usize, usize, Duration) {
+    let (mut max_bytes, mut max_events, mut linger_ms) = defaults;
+    if let Some(b) = map.get("batch") {
+        if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
+            max_bytes = bm.u64("max_bytes", true).unwrap_or(max_bytes as u64) as usize;
+            max_events = bm.u64("max_events", false).unwrap_or(max_events as u64) as usize;
+            linger_ms = bm.u64("timeout_ms", false).unwrap_or(linger_ms);
+        }
+    }
+    (
+        max_bytes.max(1024),
+        max_events.max(1),
+        Duration::from_millis(linger_ms),
+    )
+}
+
+/// Reads `dead_letter:` (a file path; `example` for the message when it is
+/// empty): `None` after reporting an error, `Some(None)` when not set.
+pub(super) fn parse_dead_letter(
+    map: &Map<'_>,
+    example: &str,
+) -> Option<Option<std::path::PathBuf>> {
+    let Some(n) = map.get("dead_letter") else {
+        return Some(None);
+    };
+    match n.as_str()? {
+        "" => {
+            n.error(format!(
+                "`dead_letter` must be a file path, e.g. `{example}`"
+            ));
+            None
+        }
+        p => Some(Some(crate::paths::resolve_path(n, p))),
     }
 }
 

@@ -279,25 +279,9 @@ impl LokiConfig {
             Some(v) => v as usize,
             None => 1000,
         };
-        let (mut max_bytes, mut max_events, mut linger_ms) = (1 << 20, 10_000, 1000);
-        if let Some(b) = map.get("batch") {
-            if let Some(bm) = b.as_map(&["max_bytes", "max_events", "timeout_ms"]) {
-                max_bytes = bm.u64("max_bytes", true).unwrap_or(max_bytes as u64) as usize;
-                max_events = bm.u64("max_events", false).unwrap_or(max_events as u64) as usize;
-                linger_ms = bm.u64("timeout_ms", false).unwrap_or(linger_ms);
-            }
-        }
-        let dead_letter = match map.get("dead_letter") {
-            None => None,
-            Some(n) => match n.as_str() {
-                Some("") => {
-                    n.error("`dead_letter` must be a file path, e.g. `/var/lib/petrel/loki-dead.ndjson`");
-                    return None;
-                }
-                Some(p) => Some(crate::paths::resolve_path(n, p)),
-                None => return None,
-            },
-        };
+        let (max_bytes, max_events, linger) =
+            super::http::parse_batch(&map, (1 << 20, 10_000, 1000));
+        let dead_letter = super::http::parse_dead_letter(&map, "/var/lib/petrel/loki-dead.ndjson")?;
         Some(Self {
             url,
             encoding,
@@ -313,9 +297,9 @@ impl LokiConfig {
             dead_letter,
             max_streams,
             out_of_order,
-            max_bytes: max_bytes.max(1024),
-            max_events: max_events.max(1),
-            linger: Duration::from_millis(linger_ms),
+            max_bytes,
+            max_events,
+            linger,
             timeout: Duration::from_millis(map.u64("timeout_ms", false).unwrap_or(30_000)),
             max_in_flight: map
                 .u64("max_in_flight_requests", false)

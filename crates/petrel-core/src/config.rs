@@ -201,7 +201,7 @@ impl<'a> Node<'a> {
 
     /// This node as a mapping whose keys must be among `allowed`; unknown
     /// keys are reported with the closest allowed one.
-    pub fn as_map(&self, allowed: &'static [&'static str]) -> Option<Map<'a>> {
+    pub fn as_map(&self, allowed: &[&str]) -> Option<Map<'a>> {
         let YamlNode::Mapping(m) = self.raw else {
             if matches!(self.raw, YamlNode::Scalar(s) if s.as_str().is_empty()) {
                 // `key:` with nothing after it: treat as an empty mapping.

@@ -7,6 +7,7 @@ use petrel_core::config::{closest, parse_yaml, ConfigError, ConfigErrors, Node};
 use petrel_core::plugin::{Plugin, ProcessorConfig, SinkConfig, SourceConfig};
 
 use crate::paths::ReadMatcher;
+use crate::processors::condition::Condition;
 use crate::registry;
 
 /// One pipeline: sources → processors → sinks.
@@ -25,6 +26,50 @@ pub struct PipelineConfig {
     pub processors: Vec<(String, Arc<dyn ProcessorConfig>)>,
     /// Sinks with their ids.
     pub sinks: Vec<(String, Arc<dyn SinkConfig>)>,
+    /// Which events each sink of `sinks` (same index) receives: its
+    /// `when:` key.
+    pub sink_routes: Vec<SinkRoute>,
+}
+
+/// The events a sink receives (`when:` in its entry).
+#[derive(Debug, Clone, Default)]
+pub enum SinkRoute {
+    /// No `when:`: every event.
+    #[default]
+    All,
+    /// `when: {include: ..., exclude: ...}`: events meeting the condition,
+    /// in the language of the `filter` processor.
+    When(Condition),
+    /// `when: unmatched`: events that no other sink's condition took.
+    Unmatched,
+}
+
+/// Keys every sink entry accepts besides its plugin's own.
+const SINK_COMMON_KEYS: &[&str] = &["when"];
+
+/// Reads a sink's `when:`; problems are reported at the key.
+fn sink_route(item: Node<'_>) -> SinkRoute {
+    let Some(n) = item.as_map_quiet().and_then(|m| m.get("when")) else {
+        return SinkRoute::All;
+    };
+    if n.as_map_quiet().is_none() {
+        if let petrel_core::config::YamlNode::Scalar(t) = n.raw() {
+            if t.as_str() == "unmatched" {
+                return SinkRoute::Unmatched;
+            }
+        }
+        n.error(
+            "`when` must be `unmatched` or a condition like the filter processor's, \
+             e.g. `when: {include: {level: \"^error$\"}}`",
+        );
+        return SinkRoute::All;
+    }
+    match n.as_map(&["include", "exclude"]) {
+        Some(m) => Condition::parse(&m, "when")
+            .map(SinkRoute::When)
+            .unwrap_or_default(),
+        None => SinkRoute::All,
+    }
 }
 
 const TOP_KEYS: &[&str] = &["sources", "processors", "sinks"];
@@ -129,23 +174,36 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
         sources: Vec::new(),
         processors: Vec::new(),
         sinks: Vec::new(),
+        sink_routes: Vec::new(),
     };
     if let Some(m) = root.as_map(TOP_KEYS) {
         if let Some(n) = m.required("sources", "[{ type: file, include: [\"/var/log/*.log\"] }]") {
-            p.sources = section(n, "source", registry::SOURCES).0;
+            p.sources = section(n, "source", registry::SOURCES, &[]).0;
             if n.as_list().is_empty() {
                 n.error("`sources` is empty; add at least one source, e.g. `- type: file`");
             }
         }
         if let Some(n) = m.get("processors") {
-            p.processors = section(n, "processor", registry::PROCESSORS).0;
+            p.processors = section(n, "processor", registry::PROCESSORS, &[]).0;
         }
         if let Some(n) = m.required("sinks", "[{ type: stdout }]") {
-            let (sinks, nodes) = section(n, "sink", registry::SINKS);
+            let (sinks, nodes) = section(n, "sink", registry::SINKS, SINK_COMMON_KEYS);
             if n.as_list().is_empty() {
                 n.error("`sinks` is empty; add at least one sink, e.g. `- type: stdout`");
             }
             check_feedback(&sinks, &nodes, &p.sources);
+            p.sink_routes = nodes.iter().map(|n| sink_route(*n)).collect();
+            let conditional = p
+                .sink_routes
+                .iter()
+                .any(|r| matches!(r, SinkRoute::When(_)));
+            for (r, node) in p.sink_routes.iter().zip(&nodes) {
+                if matches!(r, SinkRoute::Unmatched) && !conditional {
+                    if let Some(w) = node.as_map_quiet().and_then(|m| m.get("when")) {
+                        w.error("`when: unmatched` takes the events no other sink's `when` condition took, but no sink of this pipeline has one; remove it or add `when: {include: ...}` to another sink");
+                    }
+                }
+            }
             p.sinks = sinks;
         }
     } else if errs.is_empty() {
@@ -212,6 +270,7 @@ fn section<'a, C: ?Sized>(
     n: Node<'a>,
     what: &str,
     plugins: &[&Plugin<C>],
+    common_keys: &[&'static str],
 ) -> (Vec<(String, Arc<C>)>, Vec<Node<'a>>) {
     let types = registry::type_names(plugins);
     let mut out: Vec<(String, Arc<C>)> = Vec::new();
@@ -223,7 +282,8 @@ fn section<'a, C: ?Sized>(
         let Some(plugin) = plugins.iter().find(|p| p.type_name == ty) else {
             continue;
         };
-        let Some(map) = item.as_map(plugin.keys) else {
+        let keys: Vec<&str> = plugin.keys.iter().chain(common_keys).copied().collect();
+        let Some(map) = item.as_map(&keys) else {
             continue;
         };
         let Some(cfg) = (plugin.parse)(map) else {

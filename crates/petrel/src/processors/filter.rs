@@ -26,133 +26,56 @@
 //! `petrel_component_discarded_events_total{reason="filtered"}`; they are
 //! not errors.
 
-use petrel_core::config::{Map, Node};
+use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
-use petrel_core::{ComponentMetrics, Event, EventBatch};
+use petrel_core::{ComponentMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
-use regex::bytes::Regex;
 
-use super::common::{free_map, intern_name, regex_error, value_text};
+use super::condition::Condition;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "include", "exclude"];
 
-/// Configuration: field names and their compiled regexes, in file order.
+/// Configuration: the condition events must meet to be kept.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Must all match.
-    pub include: Vec<(String, Regex)>,
-    /// Must none match.
-    pub exclude: Vec<(String, Regex)>,
+    /// Field names and their compiled regexes, in file order.
+    pub condition: Condition,
 }
 
 impl Config {
     /// Reads `include` and `exclude`; invalid regexes are reported with the
     /// regex engine's explanation.
     pub fn parse(map: Map<'_>) -> Option<Self> {
-        let include = map.get("include").map(|n| rules(n, "include"));
-        let exclude = map.get("exclude").map(|n| rules(n, "exclude"));
-        if include.is_none() && exclude.is_none() {
-            map.node().error(
-                "`filter` needs `include` or `exclude` (a map of field name to regex), \
-                 e.g. `include: {level: \"^error$\"}`",
-            );
-            return None;
-        }
         Some(Self {
-            include: include.unwrap_or(Some(Vec::new()))?,
-            exclude: exclude.unwrap_or(Some(Vec::new()))?,
+            condition: Condition::parse(&map, "filter")?,
         })
     }
 }
 
-/// Reads a map of field → regex; None when any entry was wrong (all are
-/// reported).
-fn rules(node: Node<'_>, what: &str) -> Option<Vec<(String, Regex)>> {
-    let mut ok = true;
-    let mut out = Vec::new();
-    for (field, value) in free_map(node, what)? {
-        let Some(pattern) = value.as_str() else {
-            ok = false;
-            continue;
-        };
-        if field.is_empty() {
-            value.error(format!("`{what}` has an empty field name"));
-            ok = false;
-            continue;
-        }
-        match Regex::new(pattern) {
-            Ok(re) => out.push((field.to_string(), re)),
-            Err(e) => {
-                value.error(format!(
-                    "invalid regex `{pattern}` for field `{field}` in `{what}`: {}",
-                    regex_error(&e)
-                ));
-                ok = false;
-            }
-        }
-    }
-    ok.then_some(out)
-}
-
 /// The running processor.
 pub struct Filter {
-    include: Vec<(&'static str, Regex)>,
-    exclude: Vec<(&'static str, Regex)>,
+    condition: Condition,
     filtered: Counter,
 }
 
 impl Filter {
     /// Builds it; `metrics` provides the `filtered` discard counter.
     pub fn new(c: &Config, metrics: ComponentMetrics) -> anyhow::Result<Self> {
-        let leak = |rules: &[(String, Regex)]| {
-            rules
-                .iter()
-                .map(|(f, re)| (intern_name(f), re.clone()))
-                .collect()
-        };
         Ok(Self {
-            include: leak(&c.include),
-            exclude: leak(&c.exclude),
+            condition: c.condition.clone(),
             filtered: metrics.discarded_counter("filtered"),
         })
-    }
-
-    /// True when `ev` passes every rule.
-    #[inline]
-    fn keep(&self, buf: &[u8], path: &[u8], ev: &Event) -> bool {
-        let mut scratch = [0u8; 32];
-        let matches = |field: &str, re: &Regex, scratch: &mut [u8; 32]| {
-            let text = match ev.get(field) {
-                Some(v) => value_text(v, buf, scratch),
-                // Sinks write the source path as `file`; filter sees it too.
-                None if field == "file" => Some(path),
-                None => None,
-            };
-            text.is_some_and(|t| re.is_match(t))
-        };
-        self.include
-            .iter()
-            .all(|(f, re)| matches(f, re, &mut scratch))
-            && !self
-                .exclude
-                .iter()
-                .any(|(f, re)| matches(f, re, &mut scratch))
     }
 }
 
 impl Processor for Filter {
     fn process(&self, batch: &mut EventBatch) {
-        let EventBatch {
-            buf,
-            events,
-            source,
-            ..
-        } = batch;
-        let path = source.path.as_bytes();
-        let before = events.len();
-        events.retain(|ev| self.keep(buf, path, ev));
-        let dropped = before - events.len();
+        let before = batch.events.len();
+        let mut events = std::mem::take(&mut batch.events);
+        events.retain(|ev| self.condition.matches(batch, ev));
+        batch.events = events;
+        let dropped = before - batch.events.len();
         if dropped > 0 {
             self.filtered.inc_by(dropped as u64);
         }
@@ -182,6 +105,7 @@ impl petrel_core::plugin::ProcessorConfig for Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processors::common::value_text;
     use crate::processors::fields::test_support::{
         batch_of, batch_raw, cfg_errors, metrics, parse_cfg, with_field,
     };

@@ -2,6 +2,7 @@
 //! in order to each batch on the shared processing pool.
 
 pub mod common;
+pub mod condition;
 pub mod fields;
 pub mod filter;
 pub mod mask;

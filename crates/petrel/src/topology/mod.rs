@@ -161,6 +161,7 @@ struct Built {
     sinks: Vec<(
         Arc<dyn petrel_core::plugin::Sink>,
         petrel_core::ComponentMetrics,
+        crate::config::SinkRoute,
     )>,
     own_outputs: Arc<Vec<PathBuf>>,
 }
@@ -289,12 +290,13 @@ impl Topology {
             processors.insert(0, slot);
         }
         let mut sinks = Vec::new();
-        for (id, c) in &p.sinks {
+        for (i, (id, c)) in p.sinks.iter().enumerate() {
             let m = self.metrics.component(&p.name, "sink", id, c.type_name());
             let sink = c
                 .build(m.clone())
                 .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
-            sinks.push((sink, m));
+            let route = p.sink_routes.get(i).cloned().unwrap_or_default();
+            sinks.push((sink, m, route));
         }
         Ok(Built {
             config: p,
@@ -310,10 +312,10 @@ impl Topology {
         };
         let p = b.config;
         let budget = PipelineBudget::new(self.budget.clone(), per_pipeline);
-        budget.expect_sinks(b.sinks.iter().map(|(s, _)| s.expansion_hint()));
+        budget.expect_sinks(b.sinks.iter().map(|(s, _, _)| s.expansion_hint()));
         let mut sinks = Vec::new();
         let mut sink_tasks = Vec::new();
-        for (sink, metrics) in b.sinks {
+        for (sink, metrics, route) in b.sinks {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             sink_tasks.push(rt.spawn(sink.clone().run(rx)));
             sinks.push(SinkSlot {
@@ -321,6 +323,7 @@ impl Topology {
                 tx,
                 metrics,
                 reorder: Default::default(),
+                route,
             });
         }
         let runtime = Arc::new(PipelineRuntime::new(

@@ -26,7 +26,10 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
 use petrel_core::{ComponentMetrics, Event, EventBatch, Metrics, PipelineBudget};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc::UnboundedSender;
+
+use crate::config::SinkRoute;
 
 /// How long a pipeline processes event by event after a panic, and how
 /// long `/health` reports it.
@@ -42,6 +45,8 @@ pub struct SinkSlot {
     pub metrics: ComponentMetrics,
     /// Payloads encoded out of order, waiting for their predecessors.
     pub reorder: Mutex<Reorder>,
+    /// Which events it receives (`when:`).
+    pub route: SinkRoute,
 }
 
 /// Puts payloads back in read order: workers finish batches in any order,
@@ -93,6 +98,9 @@ pub struct PipelineRuntime {
     /// Process event by event until then (after a panic).
     isolate_until: Mutex<Option<Instant>>,
     metrics: Arc<Metrics>,
+    /// Events no sink's `when:` took (`reason="unrouted"`); `None` when
+    /// every sink takes every event.
+    unrouted: Option<Counter>,
 }
 
 impl PipelineRuntime {
@@ -104,6 +112,14 @@ impl PipelineRuntime {
         budget: Arc<PipelineBudget>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let unrouted = sinks
+            .iter()
+            .any(|s| !matches!(s.route, SinkRoute::All))
+            .then(|| {
+                metrics
+                    .component(&name, "router", "when", "when")
+                    .discarded_counter("unrouted")
+            });
         Self {
             name,
             processors,
@@ -112,6 +128,7 @@ impl PipelineRuntime {
             next_seq: AtomicU64::new(0),
             isolate_until: Mutex::new(None),
             metrics,
+            unrouted,
         }
     }
 
@@ -326,28 +343,112 @@ fn run_isolated(p: &PipelineRuntime, batch: &mut EventBatch) {
     batch.events = out;
 }
 
+/// For each sink, the indices of the events its `when:` takes, or `None`
+/// when it takes them all; `None` overall when no sink has a `when:`.
+/// Events taken by no sink are counted as unrouted.
+fn route(p: &PipelineRuntime, batch: &EventBatch) -> Option<Vec<Option<Vec<u32>>>> {
+    let unrouted = p.unrouted.as_ref()?;
+    let mut picks: Vec<Option<Vec<u32>>> = p
+        .sinks
+        .iter()
+        .map(|s| match s.route {
+            SinkRoute::All => None,
+            _ => Some(Vec::new()),
+        })
+        .collect();
+    let has_all = picks.iter().any(Option::is_none);
+    let mut lost = 0u64;
+    for (i, ev) in batch.events.iter().enumerate() {
+        let mut taken = false;
+        for (slot, pick) in p.sinks.iter().zip(picks.iter_mut()) {
+            if let (SinkRoute::When(c), Some(pick)) = (&slot.route, pick) {
+                if c.matches(batch, ev) {
+                    pick.push(i as u32);
+                    taken = true;
+                }
+            }
+        }
+        if !taken {
+            let mut unmatched = false;
+            for (slot, pick) in p.sinks.iter().zip(picks.iter_mut()) {
+                if let (SinkRoute::Unmatched, Some(pick)) = (&slot.route, pick) {
+                    pick.push(i as u32);
+                    unmatched = true;
+                }
+            }
+            if !unmatched && !has_all {
+                lost += 1;
+            }
+        }
+    }
+    if lost > 0 {
+        unrouted.inc_by(lost);
+    }
+    Some(picks)
+}
+
+/// The events of `batch` at `picks`, sharing its buffer, for a sink that
+/// takes only some of them.
+fn sub_batch(batch: &EventBatch, picks: &[u32]) -> EventBatch {
+    let mut sub = EventBatch::new(batch.buf.clone(), batch.source.clone());
+    sub.events = picks
+        .iter()
+        .filter_map(|&i| batch.events.get(i as usize).cloned())
+        .collect();
+    sub.origin = batch.origin.clone();
+    let total = batch.events.len().max(1) as u64;
+    sub.input_bytes = batch.input_bytes * picks.len() as u64 / total;
+    sub
+}
+
 fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
     p.metrics.taps.offer(|| format!("{}/sink", p.name), &batch);
-    let parts = match batch.ack.take() {
-        Some(ack) => ack.split(p.sinks.len()),
-        None => p
-            .sinks
-            .iter()
+    let picks = route(p, &batch);
+    // A sink that takes no event of this batch gets no payload, and its
+    // acknowledgement is not waited for.
+    let takes = |i: usize| match picks.as_ref().and_then(|v| v[i].as_ref()) {
+        Some(v) => !v.is_empty(),
+        None => true,
+    };
+    let receivers = (0..p.sinks.len()).filter(|&i| takes(i)).count();
+    let mut parts = match batch.ack.take() {
+        Some(ack) => ack.split(receivers),
+        None => (0..receivers)
             .map(|_| petrel_core::AckPart::detached())
             .collect(),
-    };
+    }
+    .into_iter();
     // Everything this batch needs at its peak, to size the reservations
     // of the next reads.
     let mut needed = batch.buf.len() + batch.events.capacity() * std::mem::size_of::<Event>();
-    for (slot, ack) in p.sinks.iter().zip(parts) {
-        let events = batch.events.len() as u64;
+    // Taken out so that sinks can borrow the batch; released at the end,
+    // when the batch itself goes.
+    let mut reserved = std::mem::take(&mut batch.charge);
+    for (i, slot) in p.sinks.iter().enumerate() {
+        let pick = picks.as_ref().and_then(|v| v[i].as_deref());
+        let sub;
+        let view = match pick {
+            Some([]) => {
+                slot.reorder.lock().push(seq, None, &slot.tx);
+                continue;
+            }
+            Some(pick) if pick.len() < batch.events.len() => {
+                sub = sub_batch(&batch, pick);
+                &sub
+            }
+            _ => &batch,
+        };
+        let Some(ack) = parts.next() else {
+            break;
+        };
+        let events = view.events.len() as u64;
         slot.metrics.received_events.inc_by(events);
         // Room for the data plus framing; the Vec grows if needed.
         let mut out = Encoded {
-            bytes: Vec::with_capacity(batch.buf.len() + batch.events.len() * 2 + 64),
+            bytes: Vec::with_capacity(view.buf.len() + view.events.len() * 2 + 64),
             ..Encoded::default()
         };
-        let encoded = catch_unwind(AssertUnwindSafe(|| slot.sink.encode(&batch, &mut out)));
+        let encoded = catch_unwind(AssertUnwindSafe(|| slot.sink.encode(view, &mut out)));
         if let Err(e) = encoded {
             slot.metrics.error("panic", 1);
             report_panic(p, &slot.metrics, "sink encoder", panic_text(&*e));
@@ -364,14 +465,14 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
         // is charged (bounded by this batch) and learned.
         let need = out.bytes.capacity() + out.record_ends.capacity() * 4;
         needed += need;
-        let mut charge = batch.charge.split(need);
+        let mut charge = reserved.split(need);
         if charge.bytes() < need {
             charge.merge(p.budget.charge_held(need - charge.bytes()));
         }
         let payload = Payload {
             data: out,
             events,
-            input_bytes: batch.input_bytes,
+            input_bytes: view.input_bytes,
             source: batch.source.clone(),
             ack,
             charge,
@@ -379,4 +480,5 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
         slot.reorder.lock().push(seq, Some(payload), &slot.tx);
     }
     p.budget.learn(batch.buf.len(), needed);
+    drop(reserved);
 }

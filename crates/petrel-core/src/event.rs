@@ -192,6 +192,22 @@ pub struct Origin {
     /// same distance from its start. `None`: the buffer is the stream's
     /// bytes from `base` on.
     pub starts: Option<Arc<[(u32, u32, u8)]>>,
+    /// Positions in `starts` count records, not bytes (a Kafka partition's
+    /// offsets): every event of a message maps to the message's own
+    /// position, since a distance inside it would name the next record.
+    pub per_record: bool,
+}
+
+impl Origin {
+    /// The position of the last message in `starts` (or `base` without a
+    /// map): with `per_record`, one less than where reading resumes after
+    /// this buffer.
+    pub fn last_position(&self) -> u64 {
+        match self.starts.as_deref().and_then(<[_]>::last) {
+            Some(&(_, pos, _)) => self.base + pos as u64,
+            None => self.base,
+        }
+    }
 }
 
 /// Events sharing one read buffer, flowing through a pipeline together.
@@ -254,10 +270,8 @@ impl EventBatch {
             Some(map) => {
                 let i = map.partition_point(|&(s, _, _)| s <= low).checked_sub(1)?;
                 let (start, pos, tag) = map[i];
-                Some((
-                    o.stream ^ tag as u128,
-                    o.base + pos as u64 + (low - start) as u64,
-                ))
+                let inside = if o.per_record { 0 } else { low - start };
+                Some((o.stream ^ tag as u128, o.base + pos as u64 + inside as u64))
             }
         }
     }
@@ -322,6 +336,7 @@ mod tests {
             stream: 7,
             base: 1000,
             starts: None,
+            per_record: false,
         });
         assert_eq!(b.event_origin(&second), Some((7, 1006)));
         // A parser put the message on a later span, a mask replaced it:
@@ -336,9 +351,21 @@ mod tests {
             stream: 7,
             base: 1000,
             starts: Some(Arc::from(vec![(0, 40, 0), (6, 90, 2)])),
+            per_record: false,
         });
         assert_eq!(b.event_origin(&second), Some((7 ^ 2, 1090)));
         let inner = Event::from_span(Span::new(3, 2));
         assert_eq!(b.event_origin(&inner), Some((7, 1043)));
+        // Kafka records: a field inside the first record still names it,
+        // not the record after it.
+        b.origin = Some(Origin {
+            stream: 7,
+            base: 500,
+            starts: Some(Arc::from(vec![(0, 0, 0), (6, 1, 0)])),
+            per_record: true,
+        });
+        assert_eq!(b.event_origin(&inner), Some((7, 500)));
+        assert_eq!(b.event_origin(&second), Some((7, 501)));
+        assert_eq!(b.origin.as_ref().map(Origin::last_position), Some(501));
     }
 }

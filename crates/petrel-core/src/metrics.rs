@@ -66,6 +66,10 @@ pub struct Metrics {
     out_of_order: Family<Labels, Counter>,
     in_flight: Family<Labels, Gauge>,
     window: Family<Labels, Gauge>,
+    partition_lag: Family<Labels, Gauge>,
+    partition_committed: Family<Labels, Gauge>,
+    rebalances: Family<Labels, Counter>,
+    paused_partitions: Family<Labels, Gauge>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
     /// Open taps (`petrel tap`) and the events they skipped.
     pub taps: crate::tap::Taps,
@@ -145,6 +149,10 @@ impl Metrics {
             stream_overflow: Family::default(),
             out_of_order: Family::default(),
             in_flight: Family::default(),
+            partition_lag: Family::default(),
+            partition_committed: Family::default(),
+            rebalances: Family::default(),
+            paused_partitions: Family::default(),
             window: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             taps: crate::tap::Taps::new(tap_skipped.clone(), tap_open.clone()),
@@ -279,6 +287,26 @@ impl Metrics {
             m.in_flight.clone(),
         );
         r.register(
+            "source_partition_lag_records",
+            "Records in a partition after the consumer's position (the broker's high watermark minus the position)",
+            m.partition_lag.clone(),
+        );
+        r.register(
+            "source_partition_committed_offset",
+            "Offset committed for a partition: every record before it was delivered",
+            m.partition_committed.clone(),
+        );
+        r.register(
+            "source_rebalances",
+            "Partition assignments and revocations a consumer-group source went through, by kind",
+            m.rebalances.clone(),
+        );
+        r.register(
+            "source_paused_partitions",
+            "Partitions a source paused because its memory budget was full or a sink held its data",
+            m.paused_partitions.clone(),
+        );
+        r.register(
             "component_window_batches",
             "Congestion window of a sink, in batches",
             m.window.clone(),
@@ -401,6 +429,45 @@ impl ComponentMetrics {
     pub fn out_of_order(&self) -> Counter {
         self.metrics
             .out_of_order
+            .get_or_create(&self.labels)
+            .clone()
+    }
+
+    /// The lag and committed-offset gauges of partition `partition` of
+    /// `topic`, read by this source.
+    pub fn partition_gauges(&self, topic: &str, partition: i32) -> (Gauge, Gauge) {
+        let l = self.partition_labels(topic, partition);
+        (
+            self.metrics.partition_lag.get_or_create(&l).clone(),
+            self.metrics.partition_committed.get_or_create(&l).clone(),
+        )
+    }
+
+    /// Drops the gauges of a partition this source no longer reads.
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let l = self.partition_labels(topic, partition);
+        self.metrics.partition_lag.remove(&l);
+        self.metrics.partition_committed.remove(&l);
+    }
+
+    fn partition_labels(&self, topic: &str, partition: i32) -> Labels {
+        let mut l = self.labels.clone();
+        l.push(("topic".into(), topic.into()));
+        l.push(("partition".into(), partition.to_string()));
+        l
+    }
+
+    /// The counter of rebalances of `kind` (`assign`, `revoke`, `lost`).
+    pub fn rebalances(&self, kind: &str) -> Counter {
+        let mut l = self.labels.clone();
+        l.push(("kind".into(), kind.into()));
+        self.metrics.rebalances.get_or_create(&l).clone()
+    }
+
+    /// The gauge of partitions this source has paused.
+    pub fn paused_partitions(&self) -> Gauge {
+        self.metrics
+            .paused_partitions
             .get_or_create(&self.labels)
             .clone()
     }

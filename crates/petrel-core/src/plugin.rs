@@ -240,6 +240,13 @@ pub trait SinkConfig: std::fmt::Debug + Send + Sync {
     fn output_file(&self) -> Option<OutputFile<'_>> {
         None
     }
+    /// The config key by which this sink commits its source's positions
+    /// itself (a transactional sink): it must then be the pipeline's only
+    /// sink, or the others could be skipped by a commit they did not
+    /// confirm.
+    fn commits_source_positions(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A local file written by a sink.

@@ -193,6 +193,20 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
             }
             check_feedback(&sinks, &nodes, &p.sources);
             p.sink_routes = nodes.iter().map(|n| sink_route(*n)).collect();
+            for ((_, sink), (node, route)) in sinks.iter().zip(nodes.iter().zip(&p.sink_routes)) {
+                let Some(key) = sink.commits_source_positions() else {
+                    continue;
+                };
+                if sinks.len() > 1 || !matches!(route, SinkRoute::All) {
+                    let at = node
+                        .as_map_quiet()
+                        .and_then(|m| m.get(key))
+                        .unwrap_or(*node);
+                    at.error(format!(
+                        "`{key}` commits the source's offsets inside the sink's transactions, so this sink must be the pipeline's only one and take every event (no `when`); move the other sinks to a pipeline of their own"
+                    ));
+                }
+            }
             let conditional = p
                 .sink_routes
                 .iter()

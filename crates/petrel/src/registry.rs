@@ -16,6 +16,7 @@ pub static SOURCES: &[&SourcePlugin] = &[
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,
     &sources::spool::PLUGIN,
+    &sources::kafka::PLUGIN,
     #[cfg(feature = "opentelemetry")]
     &sources::opentelemetry::PLUGIN,
 ];

@@ -1025,6 +1025,7 @@ mod tests {
             stream: 42,
             base: 1000,
             starts: None,
+            per_record: false,
         });
         let mut out = Encoded::default();
         s.encode(&b, &mut out);
@@ -1045,6 +1046,7 @@ mod tests {
             stream: 42,
             base: 998,
             starts: None,
+            per_record: false,
         });
         again.events.push(Event::from_span(Span::new(2, 10)));
         let mut out = Encoded::default();
@@ -1060,6 +1062,7 @@ mod tests {
             stream: 1,
             base: 0,
             starts: None,
+            per_record: false,
         });
         let mut out = Encoded::default();
         s.encode(&b, &mut out);

@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod http;
+pub mod kafka;
 pub mod kubernetes;
 pub mod net;
 #[cfg(feature = "opentelemetry")]

@@ -10,6 +10,7 @@
 //! pipelines writing to one cluster do not each start librdkafka threads.
 
 mod producer;
+pub mod transactional;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +40,8 @@ pub const KEYS: &[&str] = &[
     "librdkafka",
     "max_in_flight_batches",
     "max_buffered_bytes",
+    "exactly_once",
+    "transactional_id",
 ];
 
 /// Default of `max_buffered_bytes`: a few librdkafka batches (`batch.size`
@@ -71,6 +74,11 @@ pub struct KafkaSinkConfig {
     pub max_in_flight: usize,
     /// Bytes handed to librdkafka before their delivery reports, at most.
     pub max_buffered_bytes: usize,
+    /// Transactions that also commit the `kafka` source's offsets.
+    pub exactly_once: bool,
+    /// The producer's `transactional.id` (default from host, pipeline and
+    /// sink id: stable across restarts, different per instance).
+    pub transactional_id: Option<String>,
 }
 
 impl KafkaSinkConfig {
@@ -157,7 +165,23 @@ impl KafkaSinkConfig {
                 .error(format!("Kafka client settings rejected: {e}"));
             return None;
         }
+        let exactly_once = map.bool("exactly_once").unwrap_or(false);
+        if exactly_once && acks != "all" {
+            if let Some(n) = map.get("acks") {
+                n.error("`exactly_once: true` needs `acks: all` (transactions are idempotent)");
+                return None;
+            }
+        }
+        let transactional_id = map.str("transactional_id").map(str::to_string);
+        if transactional_id.is_some() && !exactly_once {
+            if let Some(n) = map.get("transactional_id") {
+                n.error("`transactional_id` is used only with `exactly_once: true`");
+                return None;
+            }
+        }
         Some(Self {
+            exactly_once,
+            transactional_id,
             brokers,
             topic,
             fallback_topic,
@@ -187,6 +211,8 @@ pub struct KafkaSink {
     metrics: ComponentMetrics,
     fallback: Counter,
     invalid_topic: Counter,
+    /// Set with `exactly_once: true`.
+    transactional: Option<Arc<transactional::Transactional>>,
 }
 
 /// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or
@@ -205,7 +231,32 @@ pub fn valid_topic(name: &str) -> bool {
 impl KafkaSink {
     /// Creates (or shares) the producer.
     pub fn new(c: &KafkaSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        let label = |name: &str| {
+            metrics
+                .labels()
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let transactional = c.exactly_once.then(|| {
+            let pipeline = label("pipeline");
+            let id = c.transactional_id.clone().unwrap_or_else(|| {
+                format!(
+                    "petrel-{}-{pipeline}-{}",
+                    crate::topology::hostname(),
+                    label("component_id")
+                )
+            });
+            Arc::new(transactional::Transactional::new(
+                &c.client,
+                &id,
+                &pipeline,
+                metrics.clone(),
+            ))
+        });
         Ok(Self {
+            transactional,
             encoding: c.encoding,
             topic: c.topic.clone(),
             fallback_topic: c.fallback_topic.clone(),
@@ -284,10 +335,20 @@ impl Sink for KafkaSink {
             Some(&mut out.record_ends),
         )
         .invalid_utf8;
-        out.attachment = Some(Box::new(self.routes(batch)));
+        let routes = self.routes(batch);
+        out.attachment = Some(match self.transactional {
+            Some(_) => Box::new(transactional::Attachment {
+                routes,
+                offset: transactional::SourceOffset::of(batch),
+            }),
+            None => Box::new(routes),
+        });
     }
 
     fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
+        if let Some(t) = self.transactional.clone() {
+            return Box::pin(t.run(rx));
+        }
         Box::pin(async move {
             let dm = self.metrics.delivery();
             let window = Window::new(4, self.max_in_flight, dm.clone());
@@ -439,5 +500,9 @@ impl petrel_core::plugin::SinkConfig for KafkaSinkConfig {
         metrics: ComponentMetrics,
     ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
         Ok(std::sync::Arc::new(KafkaSink::new(self, metrics)?))
+    }
+
+    fn commits_source_positions(&self) -> Option<&'static str> {
+        self.exactly_once.then_some("exactly_once")
     }
 }

@@ -638,7 +638,7 @@ impl SharedProducer {
 }
 
 /// Where record `i` of `data` is, without the newline that ends it.
-fn record_range(data: &Encoded, i: usize) -> std::ops::Range<usize> {
+pub fn record_range(data: &Encoded, i: usize) -> std::ops::Range<usize> {
     let start = match i {
         0 => 0,
         _ => data.record_ends[i - 1] as usize,

@@ -570,6 +570,7 @@ impl FileReader {
             stream,
             base: start_offset,
             starts: Some(message_positions(&msgs)),
+            per_record: false,
         });
         self.emit_by_stream(
             ctx,
@@ -801,6 +802,7 @@ impl FileReader {
             stream,
             base: start_offset,
             starts: None,
+            per_record: false,
         });
         self.emit_batch(
             ctx,

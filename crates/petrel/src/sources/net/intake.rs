@@ -564,6 +564,7 @@ impl Delivery {
                 stream: twox_hash::XxHash3_128::oneshot(&key),
                 base: c.start,
                 starts: None,
+                per_record: false,
             });
         }
         batch.events.reserve(block.frames.len());

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""The aggregator role (issue 21): reading Kafka with the `kafka` source.
+
+A single-node Kafka broker on this host (KRaft, from the jars of
+scripts/fetch-kafka.sh) gets BENCH_RECORDS single128 lines (default
+2,000,000) in a topic of 12 partitions, written by Petrel itself (file →
+kafka sink, not measured). Then, BENCH_RUNS times (default 3), interleaved:
+
+  kcat            kcat -C reading every partition to the end into /dev/null:
+                  librdkafka alone, the raw limit of a consumer on this host
+  file            petrel: kafka source → file sink ndjson on tmpfs
+  kafka           petrel: kafka source → kafka sink (text), at least once
+  kafka-eos       the same with `exactly_once: true` (transactions that
+                  commit the consumed offsets)
+
+Each petrel run uses its own consumer group, so it reads from the start, and
+ends when its sink has sent every record. A row reports the median and
+range of records/s, the reader's CPU seconds per million records (kcat's,
+or the agent's), peak RSS (VmHWM) and the ratio of records/s to kcat's.
+The broker's own CPU is not counted. `--threads 1` unless BENCH_THREADS.
+
+    bench/aggregator.py
+    BENCH_RECORDS=4000000 BENCH_RUNS=5 bench/aggregator.py
+
+Needs java (17+) and kcat (apt-get install kcat). Output also goes to
+bench/out/aggregator.md.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("PETREL_BIN", os.path.join(ROOT, "target/release/petrel"))
+RECORDS = int(os.environ.get("BENCH_RECORDS", "2000000"))
+RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+THREADS = os.environ.get("BENCH_THREADS", "1")
+PARTITIONS = 12
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def hwm_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def metric(port, name, labels):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+class Agent:
+    """`petrel run` on one pipeline file; stopped by `stop`."""
+
+    def __init__(self, work, name, yaml):
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        cfg = os.path.join(d, f"{name}.yaml")
+        with open(cfg, "w") as f:
+            f.write(yaml)
+        self.err = open(os.path.join(d, "err"), "w+")
+        self.p = subprocess.Popen(
+            [BIN, "run", "--config", cfg, "--data-dir", os.path.join(d, "data"),
+             "--threads", THREADS, "--api-addr", "127.0.0.1:0"],
+            stdout=subprocess.DEVNULL, stderr=self.err)
+        self.name = name
+        self.port = None
+        for _ in range(600):
+            self.err.seek(0)
+            m = re.search(r"API listening on http://127.0.0.1:(\d+)", self.err.read())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.port is None:
+            self.err.seek(0)
+            sys.exit(f"aggregator.py: petrel did not start:\n{self.err.read()}")
+
+    def wait_sent(self, n, timeout=900):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if metric(self.port, "petrel_component_sent_events_total",
+                      [("component_kind", "sink")]) >= n:
+                return
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.err.seek(0)
+        sys.exit(f"aggregator.py: {self.name} did not send {n} records:\n{self.err.read()[-3000:]}")
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def start_broker(work):
+    lib = os.path.join(ROOT, ".cache/kafka/lib")
+    subprocess.run([os.path.join(ROOT, "scripts/fetch-kafka.sh")], check=True, stdout=sys.stderr)
+    port, ctrl = free_port(), free_port()
+    props = os.path.join(work, "server.properties")
+    with open(props, "w") as f:
+        f.write(f"""process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{ctrl}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{ctrl}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={work}/kafka-data
+num.partitions={PARTITIONS}
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+""")
+    cp = f"{lib}/*"
+    subprocess.run(["java", "-cp", cp, "kafka.tools.StorageTool", "format", "-t",
+                    "petrel-bench-agg-01", "-c", props], check=True, stdout=subprocess.DEVNULL)
+    log = open(os.path.join(work, "broker.log"), "w")
+    broker = subprocess.Popen(["java", "-Xms512m", "-Xmx1g", "-cp", cp, "kafka.Kafka", props],
+                              stdout=log, stderr=log)
+    for _ in range(240):
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            time.sleep(3)
+            return broker, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.5)
+    broker.kill()
+    sys.exit("aggregator.py: Kafka did not start")
+
+
+def kafka_source(bs, group):
+    return (f"sources:\n  - type: kafka\n    brokers: [\"{bs}\"]\n    topics: [bench-in]\n"
+            f"    group_id: {group}\n")
+
+
+def run_kcat(bs):
+    t0 = time.time()
+    r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "kcat", "-C", "-b", bs, "-t", "bench-in",
+                        "-o", "beginning", "-e", "-q", "-X", "enable.partition.eof=true"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    wall = time.time() - t0
+    user, sys_, rss = r.stderr.strip().splitlines()[-1].split()
+    return wall, float(user) + float(sys_), int(rss)
+
+
+def run_petrel(work, bs, kind, i):
+    group = f"bench-{kind}-{i}"
+    out = os.path.join(work, f"{kind}-{i}.ndjson")
+    sink = {
+        "file": f"  - type: file\n    path: \"{out}\"\n    encoding: ndjson\n",
+        "kafka": f"  - type: kafka\n    brokers: [\"{bs}\"]\n    topic: out-{i}\n    encoding: text\n",
+        "kafka-eos": f"  - type: kafka\n    brokers: [\"{bs}\"]\n    topic: eos-{i}\n    encoding: text\n"
+                     f"    exactly_once: true\n",
+    }[kind]
+    t0 = time.time()
+    a = Agent(work, f"{kind}-{i}", kafka_source(bs, group) + "sinks:\n" + sink)
+    a.wait_sent(RECORDS)
+    wall = time.time() - t0
+    cpu, rss = cpu_seconds(a.p.pid), hwm_kb(a.p.pid)
+    a.stop()
+    if os.path.exists(out):
+        os.unlink(out)
+    return wall, cpu, rss
+
+
+def main():
+    if not shutil.which("kcat"):
+        sys.exit("aggregator.py: kcat is missing (apt-get install kcat)")
+    if not os.path.exists(BIN):
+        subprocess.run(["cargo", "build", "--release", "-p", "petrel"], cwd=ROOT, check=True)
+    work = tempfile.mkdtemp(prefix="petrel-agg.", dir="/dev/shm")
+    broker = None
+    try:
+        broker, bs = start_broker(work)
+        data = os.path.join(work, "in.log")
+        size = RECORDS * 129
+        subprocess.run([BIN, "gen", "--format", "single128", "--size", str(size), "--output", data],
+                       check=True, stdout=subprocess.DEVNULL)
+        lines = sum(1 for _ in open(data, "rb"))
+        load = Agent(work, "load", f"sources:\n  - type: file\n    include: [\"{data}\"]\n    read_from: beginning\n"
+                     f"sinks:\n  - type: kafka\n    brokers: [\"{bs}\"]\n    topic: bench-in\n    encoding: text\n")
+        load.wait_sent(lines)
+        load.stop()
+        os.unlink(data)
+        global RECORDS
+        RECORDS = lines
+        rows = {k: [] for k in ("kcat", "file", "kafka", "kafka-eos")}
+        for i in range(RUNS):
+            rows["kcat"].append(run_kcat(bs))
+            for kind in ("file", "kafka", "kafka-eos"):
+                rows[kind].append(run_petrel(work, bs, kind, i))
+        out = [f"{RECORDS} single128 records in {PARTITIONS} partitions, {RUNS} runs, median [range], --threads {THREADS}", "",
+               "| reader | records/s | CPU s per million | peak RSS MB | records/s vs kcat |",
+               "|---|---|---|---|---|"]
+        base = statistics.median(RECORDS / w for w, _, _ in rows["kcat"])
+        for kind, rs in rows.items():
+            rate = [RECORDS / w for w, _, _ in rs]
+            cpu = [c / RECORDS * 1e6 for _, c, _ in rs]
+            rss = [r / 1024 for _, _, r in rs]
+            out.append(f"| {kind} | {statistics.median(rate):,.0f} [{min(rate):,.0f}–{max(rate):,.0f}] "
+                       f"| {statistics.median(cpu):.2f} [{min(cpu):.2f}–{max(cpu):.2f}] "
+                       f"| {statistics.median(rss):.0f} | {statistics.median(rate) / base:.2f} |")
+        text = "\n".join(out)
+        print(text)
+        os.makedirs(os.path.join(ROOT, "bench/out"), exist_ok=True)
+        with open(os.path.join(ROOT, "bench/out/aggregator.md"), "w") as f:
+            f.write(text + "\n")
+    finally:
+        if broker:
+            broker.terminate()
+            try:
+                broker.wait(30)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

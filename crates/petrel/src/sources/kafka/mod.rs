@@ -1,0 +1,897 @@
+//! `type: kafka` — reads topics as a member of a consumer group (the
+//! aggregator role: node agents → Kafka → Petrel → stores).
+//!
+//! ```yaml
+//! sources:
+//!   - type: kafka
+//!     brokers: ["127.0.0.1:9092"]
+//!     topics: ["app-logs", "^audit-.*"]   # names, or regexes starting with ^
+//!     group_id: petrel-aggregator
+//!     start: committed                     # committed | earliest | latest
+//!     decoding: text                       # text | json
+//!     drain_timeout_ms: 10000
+//!     commit_interval_ms: 1000
+//!     librdkafka: { }                      # any consumer setting
+//! ```
+//!
+//! Each record becomes an event: `message` is its value; `kafka.offset`,
+//! `kafka.timestamp` (milliseconds, also the event time), `kafka.key` and
+//! `kafka.headers` (an object) are fields, `kafka.topic` and
+//! `kafka.partition` are source metadata, written like fields. With
+//! `decoding: json` the value's object becomes fields, as `parse_json`
+//! would make them; a value that is not a JSON object is counted
+//! (`error_type="decode_failed"`) and sent on as text.
+//!
+//! **Delivery.** A partition's offset is committed only up to the first
+//! record not yet acknowledged by every sink it was routed to: answers that
+//! arrive out of order wait until the gap closes. Commits are made every
+//! `commit_interval_ms` and when partitions are revoked or the agent stops.
+//! A crash therefore re-reads at most what was read and not committed: the
+//! records in flight (bounded by the memory limit) plus at most
+//! `commit_interval_ms` of delivered ones. A batch whose delivery failed
+//! makes the partition read again from its watermark.
+//!
+//! **Rebalances.** Assignment is cooperative-sticky by default. When
+//! partitions are revoked, the source stops taking their records, waits up
+//! to `drain_timeout_ms` for what is in flight, commits, then releases
+//! them; what is still unacknowledged then is left uncommitted for the new
+//! owner (read twice, never lost). `start` chooses where a partition
+//! without a committed offset begins (`committed`: the earliest record);
+//! `earliest` and `latest` also ignore committed offsets on each
+//! partition's first assignment in this process's life (a replay, or a
+//! skip of the backlog); later reassignments resume from the commits.
+//!
+//! **Back-pressure.** When the pipeline's memory budget is full (a slow or
+//! stopped sink), the assigned partitions are paused rather than buffered;
+//! the consumer keeps polling, so it stays in its group however long the
+//! stall lasts.
+//!
+//! Metrics: `petrel_source_partition_lag_records` and
+//! `petrel_source_partition_committed_offset` per topic and partition,
+//! `petrel_source_rebalances_total{kind}`, `petrel_source_paused_partitions`.
+
+pub mod link;
+pub mod tracker;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use petrel_core::ack::{AckReceiver, BatchAck};
+use petrel_core::config::Map;
+use petrel_core::plugin::{Emitter, Source, SourceContext, SourcePlugin};
+use petrel_core::{
+    ComponentMetrics, Event, EventBatch, Key, Origin, PipelineBudget, SourceInfo, Span, Value,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, ConsumerGroupMetadata, RebalanceProtocol,
+};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::ClientContext;
+
+use self::link::{ConsumerLink, GroupMember};
+use self::tracker::{Tp, Tracker, TrackerAcks};
+use crate::processors::parse_json::JsonParser;
+
+/// Keys accepted by the kafka source.
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "brokers",
+    "topics",
+    "group_id",
+    "start",
+    "decoding",
+    "drain_timeout_ms",
+    "commit_interval_ms",
+    "librdkafka",
+];
+
+/// Registration of `type: kafka` (source).
+pub const PLUGIN: SourcePlugin = SourcePlugin {
+    type_name: "kafka",
+    keys: KEYS,
+    parse: |m| KafkaSourceConfig::parse(m).map(|c| Arc::new(c) as _),
+};
+
+const STARTS: &[&str] = &["committed", "earliest", "latest"];
+const DECODINGS: &[&str] = &["text", "json"];
+
+/// Where partitions without a usable committed offset begin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The group's committed offset, else the earliest record.
+    Committed,
+    /// The earliest record on a partition's first assignment.
+    Earliest,
+    /// The end of the partition on its first assignment.
+    Latest,
+}
+
+/// Configuration of the kafka source.
+#[derive(Debug, Clone)]
+pub struct KafkaSourceConfig {
+    topics: Vec<String>,
+    start: Start,
+    json: bool,
+    drain_timeout: Duration,
+    commit_interval: Duration,
+    /// librdkafka settings, the user's last.
+    client: Vec<(String, String)>,
+}
+
+impl KafkaSourceConfig {
+    /// Reads the source's keys.
+    pub fn parse(map: Map<'_>) -> Option<Self> {
+        let brokers_node = map.required("brokers", "[\"127.0.0.1:9092\"]")?;
+        let brokers: Vec<&str> = brokers_node
+            .as_str_list()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        if brokers.is_empty() {
+            brokers_node.error("`brokers` needs at least one `host:port`");
+            return None;
+        }
+        let topics_node = map.required("topics", "[\"app-logs\", \"^audit-.*\"]")?;
+        let mut topics = Vec::new();
+        for (t, n) in topics_node.as_str_list() {
+            if let Some(re) = t.strip_prefix('^') {
+                if let Err(e) = regex::Regex::new(re) {
+                    n.error(format!(
+                        "`{t}` starts with `^`, so it is a regex, and it does not compile: {}",
+                        crate::processors::common::regex_error(&e)
+                    ));
+                    return None;
+                }
+            } else if !crate::sinks::kafka::valid_topic(t) {
+                n.error(format!(
+                    "`{t}` is not a valid Kafka topic name (1 to 249 of letters, digits, `.`, `_` and `-`); start it with `^` for a regex"
+                ));
+                return None;
+            }
+            topics.push(t.to_string());
+        }
+        if topics.is_empty() {
+            topics_node.error("`topics` needs at least one topic name or `^regex`");
+            return None;
+        }
+        let group_node = map.required("group_id", "petrel-aggregator")?;
+        let group = group_node.as_str()?;
+        if group.is_empty() {
+            group_node.error(
+                "`group_id` must not be empty: instances with the same group share the partitions",
+            );
+            return None;
+        }
+        let start = match map.choice("start", STARTS).unwrap_or("committed") {
+            "earliest" => Start::Earliest,
+            "latest" => Start::Latest,
+            _ => Start::Committed,
+        };
+        let json = map.choice("decoding", DECODINGS) == Some("json");
+        let drain_timeout =
+            Duration::from_millis(map.u64("drain_timeout_ms", false).unwrap_or(10_000));
+        let commit_interval =
+            Duration::from_millis(map.u64("commit_interval_ms", false).unwrap_or(1000).max(10));
+        let mut client: Vec<(String, String)> = vec![
+            ("bootstrap.servers".into(), brokers.join(",")),
+            ("group.id".into(), group.into()),
+            // Offsets are committed by the source after delivery, never by
+            // librdkafka on its own.
+            ("enable.auto.commit".into(), "false".into()),
+            ("enable.auto.offset.store".into(), "false".into()),
+            (
+                "auto.offset.reset".into(),
+                if start == Start::Latest {
+                    "latest"
+                } else {
+                    "earliest"
+                }
+                .into(),
+            ),
+            (
+                "partition.assignment.strategy".into(),
+                "cooperative-sticky".into(),
+            ),
+            // librdkafka prefetches up to 64 MiB by default, outside the
+            // memory limit; a few MiB keep a partition busy.
+            ("queued.max.messages.kbytes".into(), "4096".into()),
+            // Transactions of upstream producers: only committed records.
+            ("isolation.level".into(), "read_committed".into()),
+            // Lag metrics come from librdkafka's statistics.
+            ("statistics.interval.ms".into(), "5000".into()),
+            // New topics matching a `^regex` are found this soon.
+            ("topic.metadata.refresh.interval.ms".into(), "10000".into()),
+        ];
+        if let Some(n) = map.get("librdkafka") {
+            if let Some(m) = n.as_map_quiet() {
+                for (k, v) in m.entries() {
+                    if k == "enable.auto.commit" {
+                        v.error("`enable.auto.commit` cannot be set: the source commits offsets itself, after delivery");
+                        return None;
+                    }
+                    if let Some(v) = v.as_str() {
+                        client.push((k.to_string(), v.to_string()));
+                    }
+                }
+            } else {
+                n.error("`librdkafka` must be a mapping of librdkafka settings, e.g. `{ security.protocol: ssl }`");
+            }
+        }
+        if let Err(e) = client_config(&client).create_native_config() {
+            map.node()
+                .error(format!("Kafka client settings rejected: {e}"));
+            return None;
+        }
+        Some(Self {
+            topics,
+            start,
+            json,
+            drain_timeout,
+            commit_interval,
+            client,
+        })
+    }
+}
+
+fn client_config(pairs: &[(String, String)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in pairs {
+        c.set(k, v);
+    }
+    c.set_log_level(RDKafkaLogLevel::Warning);
+    c
+}
+
+impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
+    fn type_name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        let tracker = Arc::new(Tracker::default());
+        let shared = Arc::new(Shared {
+            tracker: tracker.clone(),
+            paused: AtomicBool::new(false),
+            start: self.start,
+            first_assignments: Mutex::new(HashSet::new()),
+            drain_timeout: self.drain_timeout,
+            gauges: Mutex::new(HashMap::new()),
+            committed: Mutex::new(HashMap::new()),
+            link: Mutex::new(None),
+            paused_gauge: ctx.metrics.paused_partitions(),
+            assigned: ctx.metrics.rebalances("assign"),
+            revoked: ctx.metrics.rebalances("revoke"),
+            lost: ctx.metrics.rebalances("lost"),
+            errors: ctx.metrics.error_counter("consumer"),
+            metrics: ctx.metrics.clone(),
+            key: ctx.key.clone(),
+        });
+        let consumer: BaseConsumer<Ctx> = client_config(&self.client)
+            .create_with_context(Ctx(shared.clone()))
+            .map_err(|e| anyhow::anyhow!("cannot create the Kafka consumer: {e}"))?;
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| anyhow::anyhow!("cannot subscribe to {topics:?}: {e}"))?;
+        let consumer = Arc::new(consumer);
+        let link = Arc::new(ConsumerLink {
+            member: Arc::new(Member(consumer.clone(), tracker.clone())),
+            transactional: AtomicBool::new(false),
+        });
+        link::register(&ctx.pipeline, &link);
+        *shared.link.lock() = Some(link.clone());
+        let stop = Arc::new(StopFlag::default());
+        let mut reader = Reader {
+            consumer,
+            shared: shared.clone(),
+            acks: Arc::new(TrackerAcks(tracker.clone())),
+            emitter: ctx.emitter.clone(),
+            budget: ctx.budget.clone(),
+            metrics: ctx.metrics.clone(),
+            meta: ctx.meta.clone(),
+            infos: HashMap::new(),
+            builders: HashMap::new(),
+            json: self.json.then(|| JsonParser::new(None)),
+            decode_failed: ctx.metrics.error_counter("decode_failed"),
+            commit_interval: self.commit_interval,
+            stop: stop.clone(),
+            link,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("petrel-kafka-{}", ctx.id))
+            .spawn(move || reader.run())?;
+        tracing::info!(source = %ctx.key, topics = ?self.topics, "consuming Kafka");
+        Ok(Box::new(RunningKafka {
+            stop,
+            thread: Some(thread),
+        }))
+    }
+}
+
+/// Asked to stop, and by when everything must be committed.
+#[derive(Default)]
+struct StopFlag {
+    asked: AtomicBool,
+    deadline: Mutex<Option<Instant>>,
+}
+
+struct RunningKafka {
+    stop: Arc<StopFlag>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Source for RunningKafka {
+    fn begin_stop(&mut self, deadline: Instant) {
+        *self.stop.deadline.lock() = Some(deadline);
+        self.stop.asked.store(true, Ordering::Release);
+    }
+
+    fn wait_stopped(mut self: Box<Self>, deadline: Instant) -> anyhow::Result<()> {
+        let Some(t) = self.thread.take() else {
+            return Ok(());
+        };
+        // The thread ends by its own deadline; a bounded join keeps a stuck
+        // librdkafka call from holding the agent.
+        while !t.is_finished() {
+            if Instant::now() >= deadline + Duration::from_secs(2) {
+                anyhow::bail!(
+                    "the kafka source did not stop in time; uncommitted records will be read again"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = t.join();
+        Ok(())
+    }
+
+    fn is_alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+            || self.stop.asked.load(Ordering::Acquire)
+    }
+}
+
+/// State the consumer thread shares with librdkafka's callbacks (which
+/// run on the same thread, inside `poll`).
+struct Shared {
+    tracker: Arc<Tracker>,
+    paused: AtomicBool,
+    start: Start,
+    /// Partitions assigned before in this process (for `start`).
+    first_assignments: Mutex<HashSet<Tp>>,
+    drain_timeout: Duration,
+    /// Lag and committed-offset gauges per assigned partition.
+    gauges: Mutex<HashMap<Tp, (Gauge, Gauge)>>,
+    /// Offsets committed so far, to commit only what moved.
+    committed: Mutex<HashMap<Tp, i64>>,
+    link: Mutex<Option<Arc<ConsumerLink>>>,
+    paused_gauge: Gauge,
+    assigned: Counter,
+    revoked: Counter,
+    lost: Counter,
+    errors: Counter,
+    metrics: ComponentMetrics,
+    key: String,
+}
+
+impl Shared {
+    fn transactional(&self) -> bool {
+        self.link
+            .lock()
+            .as_ref()
+            .is_some_and(|l| l.is_transactional())
+    }
+
+    /// Commits the watermarks of `only` (or of every partition) that moved
+    /// since the last commit. Synchronous commits are for revocations and
+    /// shutdown, where the next owner must see them.
+    fn commit(&self, c: &BaseConsumer<Ctx>, only: Option<&[Tp]>, mode: CommitMode) {
+        if self.transactional() {
+            return;
+        }
+        let marks = self.tracker.watermarks();
+        let mut tpl = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        {
+            let done = self.committed.lock();
+            for (tp, w) in marks {
+                if only.is_some_and(|o| !o.contains(&tp)) {
+                    continue;
+                }
+                if done.get(&tp) == Some(&w) {
+                    continue;
+                }
+                if tpl
+                    .add_partition_offset(&tp.0, tp.1, Offset::Offset(w))
+                    .is_ok()
+                {
+                    moved.push((tp, w));
+                }
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        match c.commit(&tpl, mode) {
+            Ok(()) => {
+                let gauges = self.gauges.lock();
+                let mut done = self.committed.lock();
+                for (tp, w) in moved {
+                    if let Some((_, g)) = gauges.get(&tp) {
+                        g.set(w);
+                    }
+                    done.insert(tp, w);
+                }
+            }
+            Err(e) => {
+                self.errors.inc();
+                tracing::warn!(source = %self.key, error = %e, "kafka: offset commit failed; retrying at the next commit");
+            }
+        }
+    }
+
+    fn on_assign(&self, c: &BaseConsumer<Ctx>, tpl: &mut TopicPartitionList) {
+        let mut firsts = self.first_assignments.lock();
+        let mut reset = Vec::new();
+        for e in tpl.elements() {
+            let tp: Tp = (e.topic().into(), e.partition());
+            self.tracker.assign(tp.clone());
+            self.gauges.lock().insert(
+                tp.clone(),
+                self.metrics.partition_gauges(e.topic(), e.partition()),
+            );
+            self.committed.lock().remove(&tp);
+            if firsts.insert(tp.clone()) && self.start != Start::Committed {
+                reset.push(tp);
+            }
+        }
+        drop(firsts);
+        let to = if self.start == Start::Latest {
+            Offset::End
+        } else {
+            Offset::Beginning
+        };
+        for (t, p) in &reset {
+            let _ = tpl.set_partition_offset(t, *p, to);
+        }
+        self.assigned.inc_by(tpl.count() as u64);
+        let r = match c.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => c.incremental_assign(tpl),
+            _ => c.assign(tpl),
+        };
+        if let Err(e) = r {
+            self.errors.inc();
+            tracing::error!(source = %self.key, error = %e, "kafka: assigning partitions failed");
+        }
+        if self.paused.load(Ordering::Acquire) {
+            let _ = c.pause(tpl);
+        }
+        tracing::info!(source = %self.key, partitions = %names(tpl), "kafka: partitions assigned");
+    }
+
+    fn on_revoke(&self, c: &BaseConsumer<Ctx>, tpl: &TopicPartitionList) {
+        let tps: Vec<Tp> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().into(), e.partition()))
+            .collect();
+        let lost = c.assignment_lost();
+        if lost {
+            // The group moved on without us: a commit would be refused and
+            // the new owner reads from the last commit anyway.
+            self.lost.inc_by(tps.len() as u64);
+            tracing::warn!(source = %self.key, partitions = %names(tpl), "kafka: partitions lost; their uncommitted records will be read by the new owner");
+        } else {
+            self.revoked.inc_by(tps.len() as u64);
+            let deadline = Instant::now() + self.drain_timeout;
+            if !self.tracker.wait_drained(&tps, deadline) {
+                tracing::warn!(source = %self.key, partitions = %names(tpl),
+                    "kafka: records of revoked partitions still undelivered after drain_timeout_ms; the new owner reads them again");
+            }
+            self.commit(c, Some(&tps), CommitMode::Sync);
+        }
+        for tp in &tps {
+            self.tracker.revoke(tp);
+            self.committed.lock().remove(tp);
+            self.gauges.lock().remove(tp);
+            self.metrics.forget_partition(&tp.0, tp.1);
+        }
+        let r = match c.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => c.incremental_unassign(tpl),
+            _ => c.unassign(),
+        };
+        if let Err(e) = r {
+            tracing::warn!(source = %self.key, error = %e, "kafka: releasing partitions failed");
+        }
+        tracing::info!(source = %self.key, partitions = %names(tpl), "kafka: partitions released");
+    }
+}
+
+fn names(tpl: &TopicPartitionList) -> String {
+    let v: Vec<String> = tpl
+        .elements()
+        .iter()
+        .map(|e| format!("{}/{}", e.topic(), e.partition()))
+        .collect();
+    v.join(",")
+}
+
+/// librdkafka's callbacks.
+struct Ctx(Arc<Shared>);
+
+impl ClientContext for Ctx {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(source = %self.0.key, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(source = %self.0.key, facility = fac, "librdkafka: {log_message}")
+            }
+            _ => tracing::debug!(source = %self.0.key, facility = fac, "librdkafka: {log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.errors.inc();
+        tracing::warn!(source = %self.0.key, error = %error, "kafka consumer: {reason}");
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        let gauges = self.0.gauges.lock();
+        for (topic, t) in &statistics.topics {
+            for (p, s) in &t.partitions {
+                if let Some((lag, _)) = gauges.get(&(Arc::from(topic.as_str()), *p)) {
+                    if s.consumer_lag >= 0 {
+                        lag.set(s.consumer_lag);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn rebalance(
+        &self,
+        base_consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.0.on_assign(base_consumer, tpl)
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.0.on_revoke(base_consumer, tpl)
+            }
+            other => {
+                self.0.errors.inc();
+                tracing::error!(source = %self.0.key, error = ?other, "kafka: rebalance error");
+                let _ = base_consumer.unassign();
+            }
+        }
+    }
+}
+
+struct Member(Arc<BaseConsumer<Ctx>>, Arc<Tracker>);
+
+impl GroupMember for Member {
+    fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        self.0.group_metadata()
+    }
+
+    fn owns(&self, topic: &str, partition: i32) -> bool {
+        self.1.is_assigned(&(Arc::from(topic), partition))
+    }
+}
+
+/// Records of one partition collected into one batch.
+struct Builder {
+    buf: Vec<u8>,
+    events: Vec<Event>,
+    /// Per record: buffer position, offset minus `first`.
+    starts: Vec<(u32, u32, u8)>,
+    first: i64,
+    last: i64,
+    opened: Instant,
+}
+
+/// Largest batch taken from one partition.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+/// A partition's records wait at most this long for more to join them.
+const LINGER: Duration = Duration::from_millis(50);
+
+struct Reader {
+    consumer: Arc<BaseConsumer<Ctx>>,
+    shared: Arc<Shared>,
+    acks: Arc<dyn AckReceiver>,
+    emitter: Arc<dyn Emitter>,
+    budget: Arc<PipelineBudget>,
+    metrics: ComponentMetrics,
+    meta: Arc<[(Key, Arc<str>)]>,
+    infos: HashMap<Tp, Arc<SourceInfo>>,
+    builders: HashMap<Tp, Builder>,
+    json: Option<JsonParser>,
+    decode_failed: Counter,
+    commit_interval: Duration,
+    stop: Arc<StopFlag>,
+    /// Kept so the link lives as long as the source.
+    #[allow(dead_code)]
+    link: Arc<ConsumerLink>,
+}
+
+impl Reader {
+    fn run(&mut self) {
+        let mut last_commit = Instant::now();
+        let mut idle = false;
+        while !self.stop.asked.load(Ordering::Acquire) {
+            self.rewind();
+            let target = self.budget.largest_read().min(MAX_BATCH_BYTES);
+            let blocked = !self.flush(idle, target);
+            self.set_paused(blocked);
+            let timeout = if !blocked && !self.builders.is_empty() {
+                Duration::from_millis(5)
+            } else {
+                Duration::from_millis(100)
+            };
+            // A message borrows the consumer, not the reader.
+            let consumer = self.consumer.clone();
+            match consumer.poll(timeout) {
+                Some(Ok(m)) => {
+                    idle = false;
+                    self.take(&m, target);
+                }
+                Some(Err(e)) => {
+                    self.shared.errors.inc();
+                    tracing::warn!(source = %self.shared.key, error = %e, "kafka: consume error");
+                }
+                None => idle = true,
+            }
+            if last_commit.elapsed() >= self.commit_interval {
+                self.shared.commit(&self.consumer, None, CommitMode::Async);
+                last_commit = Instant::now();
+            }
+        }
+        self.finish();
+    }
+
+    /// Stops: emits what is collected if memory allows, waits for what is
+    /// in flight, commits, and leaves the group.
+    fn finish(&mut self) {
+        let deadline = self
+            .stop
+            .deadline
+            .lock()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(30));
+        self.set_paused(true);
+        let _ = self.flush(true, 0);
+        self.builders.clear();
+        if !self.shared.tracker.wait_all_drained(deadline) {
+            tracing::warn!(source = %self.shared.key, "kafka: records still undelivered at shutdown; they will be read again");
+        }
+        self.shared.commit(&self.consumer, None, CommitMode::Sync);
+        // Leaving the group now hands the partitions over at once rather
+        // than after the session timeout; the revocation this causes finds
+        // nothing in flight.
+        self.consumer.unsubscribe();
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && self.consumer.assignment().is_ok_and(|a| a.count() > 0) {
+            let _ = self.consumer.poll(Duration::from_millis(50));
+        }
+        tracing::info!(source = %self.shared.key, "kafka source stopped");
+    }
+
+    /// Reads again partitions whose batch failed, from their watermark.
+    fn rewind(&mut self) {
+        for (tp, from) in self.shared.tracker.take_rewinds() {
+            self.builders.remove(&tp);
+            tracing::warn!(source = %self.shared.key, topic = %tp.0, partition = tp.1, offset = from,
+                "kafka: delivery failed; reading the partition again from its last delivered record");
+            if let Err(e) =
+                self.consumer
+                    .seek(&tp.0, tp.1, Offset::Offset(from), Duration::from_secs(5))
+            {
+                self.shared.errors.inc();
+                tracing::error!(source = %self.shared.key, error = %e, "kafka: seek failed");
+            }
+        }
+    }
+
+    fn set_paused(&self, pause: bool) {
+        if self.shared.paused.load(Ordering::Acquire) == pause {
+            return;
+        }
+        let Ok(assigned) = self.consumer.assignment() else {
+            return;
+        };
+        let r = if pause {
+            self.consumer.pause(&assigned)
+        } else {
+            self.consumer.resume(&assigned)
+        };
+        if let Err(e) = r {
+            tracing::warn!(source = %self.shared.key, error = %e, "kafka: pause/resume failed");
+            return;
+        }
+        self.shared.paused.store(pause, Ordering::Release);
+        self.shared
+            .paused_gauge
+            .set(if pause { assigned.count() as i64 } else { 0 });
+        if pause {
+            self.metrics
+                .metrics()
+                .backpressure_pauses
+                .get_or_create(self.metrics.labels())
+                .inc();
+        }
+    }
+
+    /// Emits the batches that are due (all when `all`, else the full or
+    /// old ones). False when the memory budget had no room for one.
+    fn flush(&mut self, all: bool, target: usize) -> bool {
+        let due: Vec<Tp> = self
+            .builders
+            .iter()
+            .filter(|(_, b)| all || b.buf.len() >= target || b.opened.elapsed() >= LINGER)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in due {
+            let Some(b) = self.builders.get(&tp) else {
+                continue;
+            };
+            let need = self.budget.reservation(b.buf.len());
+            let Some(charge) = self.budget.try_charge(need) else {
+                return false;
+            };
+            if let Some(b) = self.builders.remove(&tp) {
+                self.emit(&tp, b, charge);
+            }
+        }
+        true
+    }
+
+    fn emit(&mut self, tp: &Tp, b: Builder, charge: petrel_core::MemoryCharge) {
+        let Some(seq) = self.shared.tracker.emitted(tp, b.first, b.last + 1) else {
+            // Revoked meanwhile: the next owner reads these records.
+            return;
+        };
+        let info = self
+            .infos
+            .entry(tp.clone())
+            .or_insert_with(|| {
+                let mut meta: Vec<(Key, Arc<str>)> = self.meta.to_vec();
+                meta.push((Key::Borrowed("kafka.topic"), tp.0.clone()));
+                meta.push((Key::Borrowed("kafka.partition"), tp.1.to_string().into()));
+                Arc::new(SourceInfo {
+                    path: "".into(),
+                    meta: meta.into(),
+                    source_type: "kafka",
+                })
+            })
+            .clone();
+        let input = b.buf.len() as u64;
+        let n = b.events.len() as u64;
+        let mut batch = EventBatch::new(Bytes::from(b.buf), info);
+        batch.events = b.events;
+        batch.input_bytes = input;
+        batch.charge = charge;
+        batch.origin = Some(Origin {
+            stream: stream_id(tp),
+            base: b.first.max(0) as u64,
+            starts: Some(b.starts.into()),
+            per_record: true,
+        });
+        batch.ack = Some(BatchAck::start(self.acks.clone(), seq));
+        self.metrics.received_events.inc_by(n);
+        self.metrics.received_bytes.inc_by(input);
+        self.metrics.sent_events.inc_by(n);
+        self.metrics.sent_bytes.inc_by(input);
+        self.emitter.emit(batch);
+    }
+
+    /// Adds a record to its partition's batch.
+    fn take(&mut self, m: &BorrowedMessage<'_>, target: usize) {
+        let tp: Tp = (m.topic().into(), m.partition());
+        if !self.shared.tracker.is_assigned(&tp) {
+            return;
+        }
+        let offset = m.offset();
+        // Positions in a batch are offsets from its first record, in 32
+        // bits; a gap that large (compaction) starts a new batch.
+        let split = self
+            .builders
+            .get(&tp)
+            .is_some_and(|b| offset - b.first > u32::MAX as i64 || b.buf.len() >= target.max(1));
+        if split {
+            let full = self.builders.remove(&tp);
+            if let Some(full) = full {
+                let need = self.budget.reservation(full.buf.len());
+                // The records are in memory already: charged even over the
+                // limit (the partition is paused right after).
+                let charge = self.budget.charge_held(need);
+                self.emit(&tp, full, charge);
+            }
+        }
+        let b = self.builders.entry(tp).or_insert_with(|| Builder {
+            buf: Vec::with_capacity(target.min(64 << 10)),
+            events: Vec::new(),
+            starts: Vec::new(),
+            first: offset,
+            last: offset,
+            opened: Instant::now(),
+        });
+        let value = m.payload().unwrap_or_default();
+        let at = b.buf.len();
+        b.buf.extend_from_slice(value);
+        let mut ev = Event::from_span(Span::new(at, value.len()));
+        if let Some(parser) = &self.json {
+            if parser
+                .parse(value, Some(at as u32), &mut ev.fields)
+                .is_err()
+            {
+                ev.fields.clear();
+                self.decode_failed.inc();
+            }
+        }
+        ev.fields
+            .push((Key::Borrowed("kafka.offset"), Value::Int(offset)));
+        if let Some(ms) = m.timestamp().to_millis() {
+            ev.fields
+                .push((Key::Borrowed("kafka.timestamp"), Value::Int(ms)));
+            ev.time_ns = ms.checked_mul(1_000_000);
+        }
+        if let Some(k) = m.key() {
+            let kat = b.buf.len();
+            b.buf.extend_from_slice(k);
+            ev.fields.push((
+                Key::Borrowed("kafka.key"),
+                Value::Span(Span::new(kat, k.len())),
+            ));
+        }
+        if let Some(h) = m.headers() {
+            let mut obj = Vec::with_capacity(h.count());
+            for hd in h.iter() {
+                let v = match hd.value {
+                    Some(v) => match std::str::from_utf8(v) {
+                        Ok(s) => Value::Str(s.into()),
+                        Err(_) => Value::Bytes(v.into()),
+                    },
+                    None => Value::Null,
+                };
+                obj.push((Key::Owned(hd.key.to_string()), v));
+            }
+            ev.fields
+                .push((Key::Borrowed("kafka.headers"), Value::Object(obj)));
+        }
+        b.starts
+            .push((at as u32, (offset - b.first).max(0) as u32, 0));
+        b.last = offset;
+        b.events.push(ev);
+    }
+}
+
+/// The identity of a partition's record stream, for stable event ids.
+fn stream_id(tp: &Tp) -> u128 {
+    let mut key = Vec::with_capacity(tp.0.len() + 16);
+    key.extend_from_slice(b"kafka\0");
+    key.extend_from_slice(tp.0.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&tp.1.to_le_bytes());
+    twox_hash::XxHash3_128::oneshot(&key)
+}

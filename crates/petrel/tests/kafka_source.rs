@@ -1,0 +1,637 @@
+//! The `kafka` source (aggregator role) and `exactly_once` Kafka → Kafka,
+//! against a real Apache Kafka broker (KRaft, loopback) started from the
+//! jars `scripts/fetch-kafka.sh` fetched from Maven Central.
+
+mod common;
+mod kafka_broker;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kafka_broker::Broker;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let r = rt
+        .block_on(admin.create_topics(&[topic], &AdminOptions::new()))
+        .expect("create topic");
+    for x in r {
+        x.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
+
+fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer")
+}
+
+fn record(i: usize) -> String {
+    format!("rec-{i:07} payload of a log line")
+}
+
+/// Produces records `from..to` (keyed by number so they spread over the
+/// partitions), `per_sec` at most when set; flushes.
+fn produce(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    from: usize,
+    to: usize,
+    per_sec: Option<usize>,
+) {
+    let started = Instant::now();
+    for i in from..to {
+        let v = record(i);
+        let k = format!("k{i}");
+        let mut r = BaseRecord::to(topic).payload(&v).key(&k);
+        loop {
+            match p.send(r) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    r = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        if let Some(rate) = per_sec {
+            let due = started + Duration::from_secs_f64((i - from + 1) as f64 / rate as f64);
+            if let Some(d) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// The group's committed offset per partition of `topic` (-1: none).
+fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = c
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    got.elements()
+        .iter()
+        .map(|e| {
+            let o = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            };
+            (e.partition(), o)
+        })
+        .collect()
+}
+
+/// The high watermark of every partition of `topic`.
+fn ends(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "petrel-test-watermarks")
+        .create()
+        .expect("consumer");
+    (0..partitions)
+        .map(|p| {
+            let (_, hi) = c
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .expect("watermarks");
+            (p, hi)
+        })
+        .collect()
+}
+
+/// A pipeline: kafka source of `group` on `topic` → ndjson file `out`.
+fn source_config(
+    dir: &Path,
+    name: &str,
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    extra: &str,
+    out: &Path,
+) -> PathBuf {
+    write_config(
+        dir,
+        name,
+        &format!(
+            r#"sources:
+  - type: kafka
+    brokers: ["{bootstrap}"]
+    topics: ["{topic}"]
+    group_id: {group}
+    librdkafka:
+      session.timeout.ms: "6000"
+      heartbeat.interval.ms: "500"
+{extra}sinks:
+  - type: file
+    path: "{}"
+    encoding: ndjson
+"#,
+            out.display()
+        ),
+    )
+}
+
+/// (partition, offset, message) of every event in the ndjson file.
+fn delivered(out: &Path) -> Vec<(i64, i64, String)> {
+    if !out.exists() {
+        return Vec::new();
+    }
+    json_lines(out)
+        .into_iter()
+        .map(|v| {
+            let p = v["kafka.partition"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("kafka.partition in {v}"));
+            let o = v["kafka.offset"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("kafka.offset in {v}"));
+            (p, o, v["message"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn records_become_events_with_their_metadata_and_offsets_follow_delivery() {
+    let broker = Broker::start();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "meta", 3);
+    let p = producer(&bs);
+    for i in 0..3000usize {
+        let v = if i == 7 {
+            "not json {".to_string()
+        } else {
+            format!("{{\"n\":{i},\"level\":\"info\"}}")
+        };
+        let k = format!("key-{i}");
+        let h = OwnedHeaders::new().insert(Header {
+            key: "trace",
+            value: Some("t-1"),
+        });
+        let r = BaseRecord::to("meta").payload(&v).key(&k).headers(h);
+        p.send(r).map_err(|(e, _)| e).expect("send");
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let dir = tempdir();
+    let out = dir.path().join("out.ndjson");
+    let cfg = source_config(
+        dir.path(),
+        "meta",
+        &bs,
+        "meta",
+        "g-meta",
+        "    decoding: json\n",
+        &out,
+    );
+    let mut agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_lines(&out, 3000);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 3000);
+    let mut seen = HashSet::new();
+    for v in &lines {
+        assert_eq!(v["kafka.topic"], "meta", "{v}");
+        assert_eq!(v["kafka.headers"]["trace"], "t-1", "{v}");
+        assert!(
+            v["kafka.timestamp"]
+                .as_i64()
+                .is_some_and(|t| t > 1_600_000_000_000),
+            "{v}"
+        );
+        let key = v["kafka.key"].as_str().expect("key").to_string();
+        let i: usize = key
+            .trim_start_matches("key-")
+            .parse()
+            .expect("numbered key");
+        if i == 7 {
+            assert_eq!(
+                v["message"], "not json {",
+                "an undecodable record goes on as text"
+            );
+            assert!(v.get("n").is_none());
+        } else {
+            assert_eq!(v["n"].as_u64(), Some(i as u64), "{v}");
+            assert_eq!(v["level"], "info");
+        }
+        assert!(seen.insert(i), "record {i} twice");
+    }
+    let labels = component("meta", "source", "kafka_0");
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[
+                labels[0],
+                labels[1],
+                labels[2],
+                ("error_type", "decode_failed")
+            ]
+        ),
+        1.0
+    );
+    wait_metric(
+        &agent,
+        "petrel_source_rebalances_total",
+        &[labels[0], labels[2], ("kind", "assign")],
+        3.0,
+        false,
+    );
+    // Every record delivered: after a clean stop the group's offsets are
+    // the ends of the partitions.
+    agent.stop();
+    assert_eq!(committed(&bs, "g-meta", "meta", 3), ends(&bs, "meta", 3));
+}
+
+#[test]
+fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
+    const N: usize = 240_000;
+    const PARTS: i32 = 12;
+    let broker = Broker::start();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "logs", PARTS);
+    let dir = tempdir();
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (bs, written) = (bs.clone(), written.clone());
+        std::thread::spawn(move || {
+            let p = producer(&bs);
+            for chunk in 0..24 {
+                produce(
+                    &p,
+                    "logs",
+                    chunk * 10_000,
+                    (chunk + 1) * 10_000,
+                    Some(16_000),
+                );
+                written.store((chunk + 1) * 10_000, Ordering::SeqCst);
+            }
+        })
+    };
+    let start = |i: usize| {
+        let out = dir.path().join(format!("out{i}.ndjson"));
+        let cfg = source_config(
+            dir.path(),
+            &format!("agg{i}"),
+            &bs,
+            "logs",
+            "g-logs",
+            "",
+            &out,
+        );
+        (
+            Agent::start(&cfg, &dir.path().join(format!("data{i}"))),
+            out,
+        )
+    };
+    let mut agents: Vec<(Agent, PathBuf)> = (0..3).map(start).collect();
+    wait_for(Duration::from_secs(120), "a third of the stream", || {
+        let n = written.load(Ordering::SeqCst);
+        if n >= N / 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} written"))
+        }
+    });
+    agents[0].0.kill9();
+    // What the killed instance committed: anything it read at or after
+    // these offsets may be read again by the next owner, nothing before.
+    let at_kill = committed(&bs, "g-logs", "logs", PARTS);
+    wait_for(Duration::from_secs(120), "two thirds of the stream", || {
+        let n = written.load(Ordering::SeqCst);
+        if n >= 2 * N / 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} written"))
+        }
+    });
+    agents.push(start(3));
+    writer.join().expect("writer");
+    let all = || {
+        let mut v = Vec::new();
+        for (_, out) in &agents {
+            v.extend(delivered(out));
+        }
+        v
+    };
+    wait_for(Duration::from_secs(180), "every record delivered", || {
+        let got: HashSet<String> = all().into_iter().map(|(_, _, m)| m).collect();
+        if got.len() >= N {
+            Ok(())
+        } else {
+            Err(format!("{} of {N} distinct", got.len()))
+        }
+    });
+    let everything = all();
+    let mut count: HashMap<(i64, i64), usize> = HashMap::new();
+    for (p, o, _) in &everything {
+        *count.entry((*p, *o)).or_default() += 1;
+    }
+    let killed: HashSet<(i64, i64)> = delivered(&agents[0].1)
+        .into_iter()
+        .map(|(p, o, _)| (p, o))
+        .collect();
+    let mut dups = 0;
+    for (&(p, o), &n) in &count {
+        if n > 1 {
+            dups += n - 1;
+            assert_eq!(n, 2, "record {p}/{o} delivered {n} times");
+            assert!(
+                killed.contains(&(p, o)),
+                "duplicate {p}/{o} did not come from the killed instance"
+            );
+            let c = at_kill.get(&(p as i32)).copied().unwrap_or(-1);
+            assert!(
+                o >= c,
+                "duplicate {p}/{o} was committed ({c}) before the kill"
+            );
+        }
+    }
+    eprintln!(
+        "{} events, {dups} duplicates, all within the killed instance's uncommitted window",
+        everything.len()
+    );
+    let fourth = delivered(&agents[3].1).len();
+    assert!(fourth > 0, "the fourth instance received no partition");
+    for (a, _) in agents.iter_mut().skip(1) {
+        a.stop();
+    }
+    assert_eq!(
+        committed(&bs, "g-logs", "logs", PARTS),
+        ends(&bs, "logs", PARTS)
+    );
+}
+
+#[test]
+fn a_broker_outage_and_a_stalled_sink_pause_the_partitions_and_lose_nothing() {
+    const N: usize = 150_000;
+    let mut broker = Broker::start();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "outage", 4);
+    let p = producer(&bs);
+    produce(&p, "outage", 0, N / 3, None);
+    let stalled = Arc::new(Stalled::default());
+    let addr = serve_stalled(stalled.clone());
+    let dir = tempdir();
+    let cfg = write_config(
+        dir.path(),
+        "stall",
+        &format!(
+            r#"sources:
+  - type: kafka
+    brokers: ["{bs}"]
+    topics: ["outage"]
+    group_id: g-outage
+    librdkafka:
+      session.timeout.ms: "6000"
+      heartbeat.interval.ms: "500"
+      max.poll.interval.ms: "15000"
+sinks:
+  - type: http
+    url: "http://{addr}/ingest"
+    encoding: ndjson
+"#
+        ),
+    );
+    let mut agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--memory-limit".into(), "4MiB".into()],
+            ..AgentOptions::default()
+        },
+    );
+    let src = component("stall", "source", "kafka_0");
+    wait_metric(
+        &agent,
+        "petrel_source_paused_partitions",
+        &[src[0], src[2]],
+        1.0,
+        true,
+    );
+    // Stalled for longer than max.poll.interval.ms: the source keeps
+    // polling while paused, so it stays in the group.
+    let mut peak = 0.0f64;
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        peak = peak.max(agent.metric_or_zero("petrel_memory_used_bytes", &[]));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        peak <= (6 << 20) as f64,
+        "memory peaked at {peak} bytes under a 4 MiB limit"
+    );
+    let lost = agent.metric_or_zero(
+        "petrel_source_rebalances_total",
+        &[src[0], src[2], ("kind", "lost")],
+    );
+    let revoked = agent.metric_or_zero(
+        "petrel_source_rebalances_total",
+        &[src[0], src[2], ("kind", "revoke")],
+    );
+    assert_eq!(
+        (lost, revoked),
+        (0.0, 0.0),
+        "the source left its group during the stall"
+    );
+    stalled.released.store(true, Ordering::SeqCst);
+    // The broker stops for 20 s in the middle of the rest of the stream.
+    let more = {
+        let bs = bs.clone();
+        std::thread::spawn(move || produce(&producer(&bs), "outage", N / 3, 2 * N / 3, None))
+    };
+    more.join().unwrap();
+    broker.stop();
+    std::thread::sleep(Duration::from_secs(20));
+    broker.restart();
+    produce(&producer(&bs), "outage", 2 * N / 3, N, None);
+    let messages = |s: &Stalled| -> HashSet<String> {
+        let mut got = HashSet::new();
+        for b in s.bodies.lock().unwrap().iter() {
+            for l in b.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
+                let v: serde_json::Value = serde_json::from_slice(l).expect("ndjson");
+                got.insert(v["message"].as_str().unwrap_or_default().to_string());
+            }
+        }
+        got
+    };
+    wait_for(Duration::from_secs(120), "every record delivered", || {
+        let n = messages(&stalled).len();
+        if n >= N {
+            Ok(())
+        } else {
+            Err(format!("{n} of {N}"))
+        }
+    });
+    let got = messages(&stalled);
+    for i in 0..N {
+        assert!(got.contains(&record(i)), "record {i} missing");
+    }
+    agent.stop();
+    assert_eq!(
+        committed(&bs, "g-outage", "outage", 4),
+        ends(&bs, "outage", 4)
+    );
+}
+
+/// Reads `topic` with isolation.level=read_committed until `n` distinct
+/// values arrived and nothing more came for a few seconds.
+fn read_committed(bs: &str, topic: &str, n: usize) -> HashMap<String, usize> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bs)
+        .set("group.id", format!("petrel-test-rc-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    c.subscribe(&[topic]).expect("subscribe");
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    let start = Instant::now();
+    let mut last = Instant::now();
+    while start.elapsed() < Duration::from_secs(180) {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+                *counts.entry(v).or_default() += 1;
+                last = Instant::now();
+            }
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {
+                if counts.len() >= n && last.elapsed() > Duration::from_secs(5) {
+                    break;
+                }
+            }
+        }
+    }
+    counts
+}
+
+#[test]
+fn exactly_once_kafka_to_kafka_through_three_kill_9() {
+    const N: usize = 300_000;
+    let broker = Broker::start();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "eos-in", 6);
+    create_topic(&bs, "eos-out", 6);
+    let dir = tempdir();
+    let cfg = write_config(
+        dir.path(),
+        "eos",
+        &format!(
+            r#"sources:
+  - type: kafka
+    brokers: ["{bs}"]
+    topics: ["eos-in"]
+    group_id: g-eos
+    librdkafka:
+      session.timeout.ms: "6000"
+      heartbeat.interval.ms: "500"
+sinks:
+  - type: kafka
+    brokers: ["{bs}"]
+    topic: eos-out
+    encoding: text
+    exactly_once: true
+"#
+        ),
+    );
+    let data = dir.path().join("data");
+    // The input arrives while the agent runs (it would otherwise finish
+    // between two kills): 300,000 records over about 25 s.
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (bs, written) = (bs.clone(), written.clone());
+        std::thread::spawn(move || {
+            let p = producer(&bs);
+            for chunk in 0..30 {
+                produce(
+                    &p,
+                    "eos-in",
+                    chunk * 10_000,
+                    (chunk + 1) * 10_000,
+                    Some(12_000),
+                );
+                written.store((chunk + 1) * 10_000, Ordering::SeqCst);
+            }
+        })
+    };
+    let sink = component("eos", "sink", "kafka_0");
+    for quarter in 1..=3 {
+        let mut agent = Agent::start(&cfg, &data);
+        wait_for(
+            Duration::from_secs(120),
+            "the next quarter of the input",
+            || {
+                let n = written.load(Ordering::SeqCst);
+                if n >= N * quarter / 4 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} written"))
+                }
+            },
+        );
+        wait_metric(
+            &agent,
+            "petrel_component_sent_events_total",
+            &sink,
+            1.0,
+            true,
+        );
+        agent.kill9();
+    }
+    writer.join().expect("writer");
+    let mut agent = Agent::start(&cfg, &data);
+    let counts = read_committed(&bs, "eos-out", N);
+    let mut missing = Vec::new();
+    for i in 0..N {
+        match counts.get(&record(i)) {
+            None => missing.push(i),
+            Some(1) => {}
+            Some(n) => panic!("record {i} seen {n} times by a read_committed consumer"),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{} records missing, first {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert_eq!(counts.len(), N);
+    agent.stop();
+    assert_eq!(committed(&bs, "g-eos", "eos-in", 6), ends(&bs, "eos-in", 6));
+}
+
+#[test]
+fn the_aggregator_examples_validate() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/aggregator");
+    let (code, out, err) = run_to_end(&dir, &["validate", "--config", "."]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("3 pipeline(s) valid"), "{out}{err}");
+}

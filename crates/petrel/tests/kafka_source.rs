@@ -21,6 +21,15 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+/// The broker tests run one at a time: each starts a broker (a JVM) and
+/// several agents, and two of them at once on a small machine starve the
+/// consumers' heartbeats, which turns a planned rebalance into a lost one.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -182,6 +191,7 @@ fn delivered(out: &Path) -> Vec<(i64, i64, String)> {
 
 #[test]
 fn records_become_events_with_their_metadata_and_offsets_follow_delivery() {
+    let _serial = serial();
     let broker = Broker::start();
     let bs = broker.bootstrap();
     create_topic(&bs, "meta", 3);
@@ -271,6 +281,7 @@ fn records_become_events_with_their_metadata_and_offsets_follow_delivery() {
 
 #[test]
 fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
+    let _serial = serial();
     const N: usize = 240_000;
     const PARTS: i32 = 12;
     let broker = Broker::start();
@@ -341,6 +352,11 @@ fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
         v
     };
     wait_for(Duration::from_secs(180), "every record delivered", || {
+        // Counting lines is cheap; parsing them all is not.
+        let lines: usize = agents.iter().map(|(_, out)| count_lines(out)).sum();
+        if lines < N {
+            return Err(format!("{lines} lines of {N}"));
+        }
         let got: HashSet<String> = all().into_iter().map(|(_, _, m)| m).collect();
         if got.len() >= N {
             Ok(())
@@ -353,6 +369,30 @@ fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
     for (p, o, _) in &everything {
         *count.entry((*p, *o)).or_default() += 1;
     }
+    // Rebalances each live instance went through, for the messages below.
+    let rebalances: Vec<String> = agents
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, (a, _))| {
+            let name = format!("agg{i}");
+            let n = |kind| {
+                a.metric_or_zero(
+                    "petrel_source_rebalances_total",
+                    &[("pipeline", name.as_str()), ("kind", kind)],
+                )
+            };
+            let errors = a.metric_or_zero(
+                "petrel_component_errors_total",
+                &[("pipeline", name.as_str()), ("error_type", "consumer")],
+            );
+            format!(
+                "{name}: revoke {} lost {} consumer errors {errors}",
+                n("revoke"),
+                n("lost")
+            )
+        })
+        .collect();
     let killed: HashSet<(i64, i64)> = delivered(&agents[0].1)
         .into_iter()
         .map(|(p, o, _)| (p, o))
@@ -362,9 +402,20 @@ fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
         if n > 1 {
             dups += n - 1;
             assert_eq!(n, 2, "record {p}/{o} delivered {n} times");
+            let holders = || -> Vec<usize> {
+                let outs: Vec<&PathBuf> = agents.iter().map(|(_, out)| out).collect();
+                (0..outs.len())
+                    .filter(|&i| {
+                        delivered(outs[i])
+                            .iter()
+                            .any(|&(dp, doff, _)| (dp, doff) == (p, o))
+                    })
+                    .collect()
+            };
             assert!(
                 killed.contains(&(p, o)),
-                "duplicate {p}/{o} did not come from the killed instance"
+                "duplicate {p}/{o} did not come from the killed instance (in outputs {:?}; committed at the kill {at_kill:?}; {rebalances:?})",
+                holders()
             );
             let c = at_kill.get(&(p as i32)).copied().unwrap_or(-1);
             assert!(
@@ -390,6 +441,7 @@ fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
 
 #[test]
 fn a_broker_outage_and_a_stalled_sink_pause_the_partitions_and_lose_nothing() {
+    let _serial = serial();
     const N: usize = 150_000;
     let mut broker = Broker::start();
     let bs = broker.bootstrap();
@@ -535,6 +587,7 @@ fn read_committed(bs: &str, topic: &str, n: usize) -> HashMap<String, usize> {
 
 #[test]
 fn exactly_once_kafka_to_kafka_through_three_kill_9() {
+    let _serial = serial();
     const N: usize = 300_000;
     let broker = Broker::start();
     let bs = broker.bootstrap();

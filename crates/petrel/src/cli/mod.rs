@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand beside the engine's
 //! modules, so that `main.rs` only calls [`main`].
 
+pub mod docs;
 pub mod pipe;
 pub mod run;
 pub mod tap;
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use petrel_gen as gen;
 
 use run::RunArgs;
@@ -27,9 +28,20 @@ Examples:
   petrel gen --format single128 --size 1GiB --output /tmp/single128.log
   petrel gen --format nginx283 --rate 10MB --duration 60 --output /tmp/access.log --rotate-bytes 100MB";
 
+/// The description of `petrel --help` and of the man page.
+const LONG_ABOUT: &str = "\
+Petrel tails log files through rotation, truncation and restarts, receives \
+syslog, TCP, HTTP and OTLP, runs each event through a chain of processors \
+and delivers it at least once to files, Kafka, HTTP endpoints and log \
+stores. A pipeline is one YAML file; a directory of them is one pipeline \
+per *.yaml or *.yml file, named by the file stem. The component reference \
+is in /usr/share/doc/petrel/reference/ (docs/src/reference/ in the \
+source), examples in /usr/share/doc/petrel/examples/. Every subcommand \
+lists its options with --help.";
+
 /// Petrel: a log collection agent.
 #[derive(Parser, Debug)]
-#[command(name = "petrel", version, about, after_help = EXAMPLES)]
+#[command(name = "petrel", version, about, long_about = LONG_ABOUT, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -85,6 +97,13 @@ enum Cmd {
         /// `ndjson` (every field) or `text` (the message).
         #[arg(long, value_enum, default_value_t = tap::TapFormat::Ndjson)]
         format: tap::TapFormat,
+    },
+    /// Print generated documentation: the component reference (Markdown),
+    /// shell completions or the man page.
+    Docs {
+        /// What to print.
+        #[command(subcommand)]
+        what: docs::DocsCmd,
     },
     /// A live terminal view of a running agent (rates per component, lag
     /// per file, memory, CPU), read from its API; `q` quits.
@@ -145,6 +164,12 @@ struct GenArgs {
 fn parse_bytes(s: &str) -> Result<u64, String> {
     petrel_core::config::parse_size(s)
         .ok_or_else(|| format!("`{s}` is not a byte count such as 1048576, 64MiB or 10MB"))
+}
+
+/// The command line's definition, for the generated completions and man
+/// pages.
+pub fn command() -> clap::Command {
+    Cli::command()
 }
 
 /// Parses the command line and runs the subcommand it names.
@@ -238,5 +263,6 @@ pub fn main() -> ExitCode {
             }
         }
         Cmd::Run(a) => run::main(a),
+        Cmd::Docs { what } => docs::main(what, &mut Cli::command()),
     }
 }

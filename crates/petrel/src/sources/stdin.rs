@@ -44,7 +44,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "max_line_bytes",
         kind: petrel_core::plugin::KeyKind::Bytes,
         default: Some(r#"1MiB"#),
-        doc: r#"Longer lines are split (counted as `line_too_long`); at least 64."#,
+        doc: r#"Longer lines are split (counted as `line_too_long`); 64 to 1GiB."#,
     },
 ];
 

@@ -55,7 +55,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "max_message_bytes",
         kind: petrel_core::plugin::KeyKind::Bytes,
         default: Some(r#"1MiB"#),
-        doc: r#"Longer lines are cut and counted; at least 64."#,
+        doc: r#"Longer lines are cut and counted; 64 to 64MiB."#,
     },
     crate::sources::net::MAX_CONNECTIONS_DOC,
     crate::sources::net::IDLE_TIMEOUT_DOC,

@@ -74,7 +74,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "read_block_bytes",
         kind: petrel_core::plugin::KeyKind::Bytes,
         default: Some(r#"256KiB"#),
-        doc: r#"Size of one read."#,
+        doc: r#"Size of one read, 4KiB to 64MiB."#,
     },
     crate::sources::file::multiline::MULTILINE_DOC,
     petrel_core::plugin::KeyDoc {

@@ -93,7 +93,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "max_message_bytes",
         kind: petrel_core::plugin::KeyKind::Bytes,
         default: Some(r#"65536"#),
-        doc: r#"Longer messages are cut and counted (`discarded reason=too_long`); at least 64."#,
+        doc: r#"Longer messages are cut and counted (`discarded reason=too_long`); 64 to 64MiB."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "timezone",

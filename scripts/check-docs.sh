@@ -13,7 +13,9 @@ tools=$PWD/.cache/cargo-tools
 mdbook=$tools/bin/mdbook
 if ! [[ -x $mdbook ]] || [[ $("$mdbook" --version) != "mdbook v$MDBOOK_VERSION" ]]; then
     echo "installing mdbook $MDBOOK_VERSION into $tools"
-    CARGO_TARGET_DIR=$tools/build cargo install mdbook --locked --version "$MDBOOK_VERSION" --root "$tools"
+    # cargo install builds in a temporary directory and removes it: only
+    # the binary stays.
+    cargo install mdbook --locked --version "$MDBOOK_VERSION" --root "$tools"
 fi
 "$mdbook" --version
 "$mdbook" build docs

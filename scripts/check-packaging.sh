@@ -99,6 +99,12 @@ for want in ./usr/bin/petrel ./etc/petrel/pipelines/example.yaml.disabled \
     ./usr/share/doc/petrel/contrib/prometheus/alerts.yml \
     ./usr/share/doc/petrel/contrib/grafana/petrel.json \
     ./usr/share/doc/petrel/changelog.Debian.gz ./usr/share/man/man1/petrel.1.gz \
+    ./usr/share/man/man1/petrel-run.1.gz ./usr/share/man/man1/petrel-validate.1.gz \
+    ./usr/share/bash-completion/completions/petrel \
+    ./usr/share/zsh/vendor-completions/_petrel \
+    ./usr/share/fish/vendor_completions.d/petrel.fish \
+    ./usr/share/doc/petrel/reference/sources.md ./usr/share/doc/petrel/reference/processors.md \
+    ./usr/share/doc/petrel/reference/sinks.md \
     ./usr/share/lintian/overrides/petrel; do
     grep -Eq " ${want//./\\.}\$" <<<"$contents" || fail "package lacks $want"
 done
@@ -110,6 +116,23 @@ dpkg-deb -x "$deb" "$x"
 "$x/usr/bin/petrel" --version
 cmp "$x/usr/lib/systemd/system/petrel.service" contrib/systemd/petrel.service ||
     fail "packaged unit differs from contrib/systemd/petrel.service"
+# The packaged completions and man page are the ones this binary makes
+# (generated files committed in crates/petrel/debian/generated/).
+for shell in bash zsh fish; do
+    case $shell in
+    bash) f=usr/share/bash-completion/completions/petrel ;;
+    zsh) f=usr/share/zsh/vendor-completions/_petrel ;;
+    fish) f=usr/share/fish/vendor_completions.d/petrel.fish ;;
+    esac
+    cmp "$x/$f" <("$x/usr/bin/petrel" docs completions "$shell") ||
+        fail "packaged $shell completions differ from petrel docs completions $shell: run scripts/regenerate-docs.sh"
+done
+cmp <(gzip -dc "$x/usr/share/man/man1/petrel.1.gz") <("$x/usr/bin/petrel" docs man) ||
+    fail "packaged man page differs from petrel docs man: run scripts/regenerate-docs.sh"
+# bash really loads the completion and completes a subcommand.
+words=$(bash -c 'source "$1"; COMP_WORDS=(petrel va); COMP_CWORD=1; COMP_LINE="petrel va"; COMP_POINT=9; _petrel petrel va petrel; echo "${COMPREPLY[*]}"' _ "$x/usr/share/bash-completion/completions/petrel")
+[[ $words == *validate* ]] || fail "bash completion of 'petrel va' gave '$words', not validate"
+echo "completions and man pages OK"
 
 step "CAP_DAC_READ_SEARCH instead of root (as the unit runs it)"
 # The packaged binary, as an unprivileged user with only the unit's ambient

@@ -10,7 +10,8 @@
 # and Docker daemons from the distribution's packages (container logs and
 # metadata, scripts/cri-lab.sh and docker-lab.sh), all on 127.0.0.1;
 # the Python producer package against a real agent, the Debian package
-# and the operations artefacts checked by their real tools, then every
+# and the operations artefacts checked by their real tools, the book
+# (docs/, mdBook) built with its links checked, then every
 # fuzz target for a short bounded time (nightly toolchain and cargo-fuzz
 # installed when missing).
 set -euo pipefail
@@ -61,6 +62,8 @@ echo "== the Python producer package (maturin + pytest in a private venv)"
 ./scripts/test-python-producer.sh
 echo "== packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard"
 ./scripts/check-packaging.sh
+echo "== the book: mdbook build docs (mdbook installed into .cache/cargo-tools), its links"
+./scripts/check-docs.sh
 echo "== Kubernetes manifests: kubeconform, kustomize, the pod's security settings, petrel validate"
 ./scripts/check-kubernetes.sh
 echo "== fuzz every target briefly (scripts/fuzz.sh)"

@@ -267,10 +267,93 @@ pub struct OutputFile<'a> {
 pub struct Plugin<C: ?Sized> {
     /// The `type:` name.
     pub type_name: &'static str,
-    /// Keys accepted in its config entry (`type` and `id` included).
+    /// What the plugin does, one paragraph of Markdown, for the generated
+    /// component reference.
+    pub doc: &'static str,
+    /// Keys accepted in its config entry (`type` and `id` included). The
+    /// config loader checks entries against these names (unknown keys and
+    /// suggestions), so they stay a plain list.
     pub keys: &'static [&'static str],
+    /// The documentation of each of `keys`, in the order the reference
+    /// lists them: every name of `keys` exactly once, and no other.
+    pub key_docs: &'static [KeyDoc],
     /// Reads an entry; problems go to the map's error list.
     pub parse: fn(Map<'_>) -> Option<Arc<C>>,
+}
+
+/// The documentation of one key of a plugin's config entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyDoc {
+    /// The key.
+    pub name: &'static str,
+    /// What the value must be.
+    pub kind: KeyKind,
+    /// The value used when the key is absent, as it would be written in
+    /// YAML; `None` when the key is required or absence means "off".
+    pub default: Option<&'static str>,
+    /// What the key does, Markdown, one paragraph.
+    pub doc: &'static str,
+}
+
+impl KeyDoc {
+    /// The common `type` key: the plugin's type name.
+    pub const TYPE: KeyDoc = KeyDoc {
+        name: "type",
+        kind: KeyKind::String,
+        default: None,
+        doc: "The plugin kind: this entry's type name. Required.",
+    };
+    /// The common `id` key: the component's name.
+    pub const ID: KeyDoc = KeyDoc {
+        name: "id",
+        kind: KeyKind::String,
+        default: Some("<type>_<index>"),
+        doc: "Names the component in metrics, checkpoints, `petrel tap` and `petrel test`; unique within its section of the pipeline.",
+    };
+}
+
+/// The type of a key's value, as the reference names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// Any string.
+    String,
+    /// A whole number.
+    Int,
+    /// `true` or `false`.
+    Bool,
+    /// A list (of strings unless the doc says otherwise).
+    List,
+    /// A mapping of its own keys, which the doc names.
+    Map,
+    /// A number of the unit the key's name gives (`_ms`, `_secs`).
+    Duration,
+    /// A byte count: a number or a size such as `64KiB`, `1MiB`, `10MB`.
+    Bytes,
+    /// A string in which `{field}` is replaced by the event's field.
+    Template,
+    /// A condition on fields (`field`, `equals`, `matches`, ...).
+    Condition,
+    /// One of a fixed set of words.
+    OneOf(&'static [&'static str]),
+}
+
+impl KeyKind {
+    /// The name the reference prints: `string`, `int`, ..., or the
+    /// allowed words joined by `|`.
+    pub fn name(&self) -> String {
+        match self {
+            KeyKind::String => "string".into(),
+            KeyKind::Int => "int".into(),
+            KeyKind::Bool => "bool".into(),
+            KeyKind::List => "list".into(),
+            KeyKind::Map => "map".into(),
+            KeyKind::Duration => "duration".into(),
+            KeyKind::Bytes => "bytes".into(),
+            KeyKind::Template => "template".into(),
+            KeyKind::Condition => "condition".into(),
+            KeyKind::OneOf(words) => words.join("|"),
+        }
+    }
 }
 
 /// A source kind.

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::api;
-use crate::watcher::{Cache, ContainerInfo, PodInfo, WatcherStats};
+use crate::model::{Cache, ContainerInfo, PodInfo, WatcherStats};
 
 const SANDBOX_TYPE_LABEL: &str = "io.kubernetes.docker.type";
 const ANNOTATION_PREFIX: &str = "annotation.";

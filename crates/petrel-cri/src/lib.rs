@@ -10,14 +10,14 @@
 #![warn(missing_docs)]
 
 mod docker;
+mod model;
 mod watcher;
 
 #[cfg(feature = "lab")]
 pub mod lab;
 
-pub use watcher::{
-    ContainerInfo, PodInfo, Runtime, RuntimeWatcher, Snapshot, WatcherOptions, WatcherStats,
-};
+pub use model::{ContainerInfo, PodInfo, Snapshot, WatcherStats};
+pub use watcher::{Runtime, RuntimeWatcher, WatcherOptions};
 
 /// The CRI `runtime.v1` messages and the `RuntimeService` client, generated at
 /// build time from the vendored `proto/api.proto`.

@@ -51,3 +51,48 @@ pub static SINKS: &[&SinkPlugin] = &[
 pub fn type_names<C: ?Sized>(plugins: &[&petrel_core::plugin::Plugin<C>]) -> Vec<&'static str> {
     plugins.iter().map(|p| p.type_name).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_core::plugin::Plugin;
+
+    /// The loader checks entries against `keys` and the reference lists
+    /// `key_docs`: the two must name the same keys, each once.
+    fn check<C: ?Sized>(plugins: &[&Plugin<C>]) {
+        for p in plugins {
+            assert!(!p.doc.trim().is_empty(), "`{}` has no DOC", p.type_name);
+            let documented: Vec<&str> = p.key_docs.iter().map(|k| k.name).collect();
+            for k in p.keys {
+                assert_eq!(
+                    documented.iter().filter(|d| *d == k).count(),
+                    1,
+                    "`{}`: key `{k}` must be documented exactly once in KEY_DOCS",
+                    p.type_name
+                );
+            }
+            for d in &documented {
+                assert!(
+                    p.keys.contains(d),
+                    "`{}`: KEY_DOCS documents `{d}`, which is not among its KEYS",
+                    p.type_name
+                );
+            }
+            for k in p.key_docs {
+                assert!(
+                    !k.doc.trim().is_empty(),
+                    "`{}`.`{}`: empty doc",
+                    p.type_name,
+                    k.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_key_is_documented_and_every_documented_key_exists() {
+        check(SOURCES);
+        check(PROCESSORS);
+        check(SINKS);
+    }
+}

@@ -238,7 +238,7 @@ fn a_server_stopped_for_30_s_mid_stream_loses_nothing_within_the_memory_limit() 
         peak = peak.max(agent.metric_or_zero("petrel_memory_used_bytes", &[]));
         std::thread::sleep(Duration::from_millis(250));
     }
-    // The limit plus one batch's misestimate (README: 2 MiB), as for
+    // The limit plus one batch's misestimate (2 MiB), as for
     // every sink (tests/faults.rs).
     assert!(
         peak <= (LIMIT + (2 << 20)) as f64,

@@ -17,6 +17,30 @@ use prometheus_client::metrics::counter::Counter;
 /// Keys every parser accepts besides its own.
 pub const PARSER_KEYS: &[&str] = &["type", "id", "field", "on_error", "raw_field"];
 
+/// The `field` key, documented once for every plugin that reads it.
+pub const FIELD_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "field",
+    kind: petrel_core::plugin::KeyKind::String,
+    default: Some(r#"message"#),
+    doc: r#"The field parsed."#,
+};
+
+/// The `on_error` key, documented once for every plugin that reads it.
+pub const ON_ERROR_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "on_error",
+    kind: petrel_core::plugin::KeyKind::OneOf(&["keep", "drop", "raw"]),
+    default: Some(r#"keep"#),
+    doc: r#"What a parse failure does (each counts in `errors_total{error_type="parse_failed"}`): `keep` passes the event on unchanged with a `parse_error` field; `drop` drops it (counted as discarded, `reason=parse_error`); `raw` keeps it and copies the unparsed value into `raw_field`."#,
+};
+
+/// The `raw_field` key, documented once for every plugin that reads it.
+pub const RAW_FIELD_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "raw_field",
+    kind: petrel_core::plugin::KeyKind::String,
+    default: Some(r#"raw"#),
+    doc: r#"With `on_error: raw`: the field that receives the unparsed value."#,
+};
+
 /// What a parser does with an event it cannot parse.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OnError {

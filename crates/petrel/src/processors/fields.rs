@@ -44,6 +44,39 @@ use super::common::{free_map, intern_name};
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "copy", "rename", "add", "remove"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Copies, renames, adds and removes fields, in that fixed order."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "copy",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{}"#),
+        doc: r#"`from: to`: sets `to` to the value of `from` (nothing when `from` is missing); an existing `to` is overwritten."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "rename",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{}"#),
+        doc: r#"`from: to`: moves the value (nothing when `from` is missing); an existing `to` is overwritten."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "add",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{}"#),
+        doc: r#"`name: value`: sets a constant string, overwriting; `${NAME}` is replaced by the environment variable at load (an error when unset unless written `${NAME:-default}`), `$$` is a literal `$`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "remove",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: Some(r#"[]"#),
+        doc: r#"Fields to delete; missing ones are ignored."#,
+    },
+];
+
 /// Configuration; every list is in file order.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -289,7 +322,9 @@ pub(crate) mod test_support {
 /// Registration of `type: fields`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "fields",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -36,6 +36,27 @@ use super::condition::Condition;
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "include", "exclude"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Keeps an event when every `include` regex matches its field and no `exclude` regex does; dropped events count as discarded with `reason=filtered`."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "include",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"Field name to regex (Rust `regex` syntax, searched anywhere, `(?i)` for case-insensitive); every one must match. Fields are the event's, then its source metadata (`file`, `host`, `source_type`, `kafka.topic`, ...). A missing field matches nothing. At least one of `include` and `exclude` is required."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "exclude",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"Field name to regex; none may match."#,
+    },
+];
+
 /// Configuration: the condition events must meet to be kept.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -85,7 +106,9 @@ impl Processor for Filter {
 /// Registration of `type: filter`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "filter",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

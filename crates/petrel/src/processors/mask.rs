@@ -51,6 +51,45 @@ use petrel_core::config::expand_env;
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "field", "pattern", "replace", "hash", "salt"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Replaces every match of a regex in a field with a replacement or a salted SHA-256 pseudonym; events are never dropped."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "field",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"message"#),
+        doc: r#"The field searched."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "pattern",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: a Rust `regex`, searched anywhere; a pattern that matches the empty string is rejected."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "replace",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"***"#),
+        doc: r#"The replacement: `$1`, `${1}` and `${name}` insert capture groups (a group the pattern lacks is an error), `$$` is a literal `$`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "hash",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["sha256"]),
+        default: None,
+        doc: r#"Instead of `replace`: the first 16 hex characters of SHA-256 of `salt` followed by the match."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "salt",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"With `hash`: prefixed to each match before hashing; `${ENV}` expanded at load. Use a secret salt: unsalted hashes of short values can be reversed."#,
+    },
+];
+
 /// Hex characters of the hash written for each match.
 const HASH_HEX_CHARS: usize = 16;
 
@@ -323,7 +362,9 @@ impl Processor for Mask {
 /// Registration of `type: mask`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "mask",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -63,6 +63,42 @@ pub const KEYS: &[&str] = &[
     "extra",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Splits a field at a separator into the given keys, with optional quoting; values borrow from the read buffer."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    crate::processors::common::FIELD_DOC,
+    crate::processors::common::ON_ERROR_DOC,
+    crate::processors::common::RAW_FIELD_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "separator",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: one or more bytes, e.g. `"\t"` or `" | "`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "quote",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"""#),
+        doc: r#"One byte that quotes a value (a doubled quote inside stands for one); `""` turns quoting off."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "keys",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Required: the field names, in order; keys without a value are absent."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "extra",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["last", "drop", "error"]),
+        default: Some(r#"last"#),
+        doc: r#"More values than keys: `last` gives the last key the rest unsplit, `drop` ignores them, `error` fails the parse."#,
+    },
+];
+
 const WHO: &str = "parse_delimiter";
 
 /// What to do with values beyond the last key.
@@ -446,7 +482,9 @@ impl Splitter {
 /// Registration of `type: parse_delimiter`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "parse_delimiter",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

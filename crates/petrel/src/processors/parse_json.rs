@@ -61,6 +61,30 @@ pub const KEYS: &[&str] = &[
     "separator",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Turns a field holding a JSON object into fields, in input order; an existing field of the same name is replaced."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    crate::processors::common::FIELD_DOC,
+    crate::processors::common::ON_ERROR_DOC,
+    crate::processors::common::RAW_FIELD_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "flatten",
+        kind: petrel_core::plugin::KeyKind::Bool,
+        default: Some(r#"false"#),
+        doc: r#"`true`: nested objects become `a.b.c` keys; arrays are not flattened."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "separator",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"."#),
+        doc: r#"Joins flattened keys (with `flatten: true`)."#,
+    },
+];
+
 /// The name used in `parse_error` messages.
 const WHO: &str = "parse_json";
 
@@ -602,7 +626,9 @@ impl<'de> Visitor<'de> for FlatSeed<'_, '_> {
 /// Registration of `type: parse_json`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "parse_json",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -59,6 +59,24 @@ pub const KEYS: &[&str] = &[
     "pattern",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Named captures of a PCRE2 pattern (with JIT) become fields, borrowed from the read buffer; a line that does not match is a parse failure."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    crate::processors::common::FIELD_DOC,
+    crate::processors::common::ON_ERROR_DOC,
+    crate::processors::common::RAW_FIELD_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "pattern",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: a PCRE2 pattern with at least one named group (`(?<name>...)`), searched unanchored; matches bytes (`(*UTF)(*UCP)` for Unicode classes)."#,
+    },
+];
+
 const WHO: &str = "parse_regex";
 
 /// JIT stack limit per match. PCRE2's default (32 KiB) is exhausted by a
@@ -236,7 +254,9 @@ impl RegexMatcher {
 /// Registration of `type: parse_regex`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "parse_regex",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

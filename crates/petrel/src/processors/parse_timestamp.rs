@@ -80,6 +80,42 @@ pub const KEYS: &[&str] = &[
     "remove_field",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str =
+    r#"Reads a field as the event time (written by `ndjson` sinks as RFC 3339 UTC `timestamp`)."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "field",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: the field holding the timestamp alone (spaces around it allowed)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "format",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"auto"#),
+        doc: r#"`auto` (ISO 8601 / RFC 3339, syslog, Apache/nginx, epoch numbers by digit count), `unix`, `unix_ms`, `unix_us`, `unix_ns`, or a strftime-like pattern (`%Y-%m-%d %H:%M:%S%.f`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "timezone",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"UTC"#),
+        doc: r#"Applies to times written without an offset: `UTC`, `local`, a fixed offset (`+08:00`) or an IANA name (`Europe/Paris`)."#,
+    },
+    crate::processors::common::ON_ERROR_DOC,
+    crate::processors::common::RAW_FIELD_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "remove_field",
+        kind: petrel_core::plugin::KeyKind::Bool,
+        default: Some(r#"false"#),
+        doc: r#"`true`: remove the field once parsed."#,
+    },
+];
+
 /// Configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -227,7 +263,9 @@ impl Processor for ParseTimestamp {
 /// Registration of `type: parse_timestamp`.
 pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::ProcessorPlugin {
     type_name: "parse_timestamp",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| Config::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -10,6 +10,16 @@ use petrel_core::{ComponentMetrics, EventBatch};
 /// Keys accepted by the blackhole sink.
 pub const KEYS: &[&str] = &["type", "id"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str =
+    r#"Counts events and discards them, acknowledging at once; measures the rest of a pipeline."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+];
+
 /// Configuration of the blackhole sink (it has no options).
 #[derive(Debug, Clone)]
 pub struct BlackholeSinkConfig;
@@ -59,7 +69,9 @@ impl Sink for BlackholeSink {
 /// Registration of `type: blackhole`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "blackhole",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| BlackholeSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -58,6 +58,73 @@ pub const KEYS: &[&str] = &[
     "max_in_flight_requests",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Elasticsearch 7/8 and OpenSearch 1/2/3 through the bulk API, answers read per item; with `mode: create` and the default ids a batch sent again leaves no duplicate. Cargo feature `elasticsearch` (default)."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc {
+        name: "component_id",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"elasticsearch_<index>"#),
+        doc: r#"The sink's component id (metrics, checkpoints): `id` is the document id here."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "id",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"auto"#),
+        doc: r#"The document id: `auto` (derived from where the event was read, server-assigned where the source has no stable positions), `none` (server-assigned), or a `{{ field }}` template."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "endpoints",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Required: base URLs (`http://` or `https://`, a path prefix is kept), used in turn; after a connection error or 5xx an endpoint is skipped for 0.25 s doubling to 30 s."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "index",
+        kind: petrel_core::plugin::KeyKind::Template,
+        default: Some(r#"petrel-%Y.%m.%d"#),
+        doc: r#"Index name: `{{ field }}` templates and `%Y %y %m %d %H %M %S %j %%` of the event time in UTC; a missing field renders empty (counted `template_field_missing`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "mode",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["create", "index", "data_stream"]),
+        default: Some(r#"create"#),
+        doc: r#"`create` (an existing id is answered 409: counted as a skipped duplicate), `index` (creates or overwrites), `data_stream` (`create` into `{type}-{dataset}-{namespace}`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "data_stream",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{type: logs, dataset: generic, namespace: default}"#),
+        doc: r#"With `mode: data_stream` only; each part may be a template."#,
+    },
+    crate::sinks::http::DEAD_LETTER_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "compression",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["none", "gzip"]),
+        default: Some(r#"none"#),
+        doc: r#"`gzip`: `Content-Encoding: gzip`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "auth",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"`{strategy: basic, user, password}`, `{strategy: api_key, api_key}` (the encoded key, sent as `Authorization: ApiKey ...`) or `{strategy: bearer, token}`; `${ENV}` expanded at load."#,
+    },
+    crate::sinks::tls::TLS_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "pipeline",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Ingest pipeline for every document."#,
+    },
+    crate::sinks::http::batch_doc(r#"{max_bytes: 5MiB, max_events: 10000, timeout_ms: 1000}"#),
+    crate::sinks::http::timeout_doc(r#"60000"#),
+    crate::sinks::http::max_in_flight_doc(r#"8"#),
+];
+
 /// The bulk operation each event becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -938,7 +1005,9 @@ impl ElasticsearchSink {
 /// Registration of `type: elasticsearch`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "elasticsearch",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| ElasticsearchConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

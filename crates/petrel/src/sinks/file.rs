@@ -15,6 +15,42 @@ use super::writer::{self, Target};
 /// Keys accepted by the file sink.
 pub const KEYS: &[&str] = &["type", "id", "path", "encoding", "fsync", "read_back"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Appends events to a file and acknowledges after the write (and the fsync, if set); a failed write is retried with backoff and a torn group is cut back before the retry."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "path",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: the output file, appended to; parent directories are created. FIFOs, sockets and directories are refused."#,
+    },
+    ENCODING_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "fsync",
+        kind: petrel_core::plugin::KeyKind::Bool,
+        default: Some(r#"false"#),
+        doc: r#"`true`: fdatasync after each write, before acknowledging."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "read_back",
+        kind: petrel_core::plugin::KeyKind::Bool,
+        default: Some(r#"false"#),
+        doc: r#"`true`: file sources of other pipelines may read this file (chaining pipelines through a file); a source of the same pipeline never reads it."#,
+    },
+];
+
+/// The `encoding` key, documented once for every plugin that reads it.
+pub const ENCODING_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "encoding",
+    kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson"]),
+    default: Some(r#"text"#),
+    doc: r#"`text`: the message bytes and `\n`; `ndjson`: one JSON object per event with every field."#,
+};
+
 /// Configuration of the file sink.
 #[derive(Debug, Clone)]
 pub struct FileSinkConfig {
@@ -243,7 +279,9 @@ impl Sink for FileSink {
 /// Registration of `type: file`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "file",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| FileSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

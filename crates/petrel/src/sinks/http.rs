@@ -43,6 +43,86 @@ pub const KEYS: &[&str] = &[
     "dead_letter",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"POSTs batches of events to an HTTP endpoint; a batch is acknowledged when every request carrying its events got a 2xx, retryable failures are retried without limit, and refused records are isolated by halving."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "url",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "encoding",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["ndjson", "json_array"]),
+        default: Some(r#"ndjson"#),
+        doc: r#"One object per line, or one JSON array."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "compression",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["none", "gzip", "zstd"]),
+        default: Some(r#"none"#),
+        doc: r#"Body compression, with `Content-Encoding`."#,
+    },
+    HEADERS_DOC,
+    crate::sinks::http::batch_doc(r#"{max_bytes: 1MiB, max_events: 10000, timeout_ms: 1000}"#),
+    crate::sinks::http::timeout_doc(r#"30000"#),
+    crate::sinks::http::max_in_flight_doc(r#"16"#),
+    DEAD_LETTER_DOC,
+];
+
+/// The `headers` key, documented once for every plugin that reads it.
+pub const HEADERS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "headers",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: Some(r#"{}"#),
+    doc: r#"Extra HTTP headers, name to value; `${ENV}` and `${ENV:-default}` are expanded at load."#,
+};
+
+/// The `dead_letter` key, documented once for every plugin that reads it.
+pub const DEAD_LETTER_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "dead_letter",
+    kind: petrel_core::plugin::KeyKind::String,
+    default: None,
+    doc: r#"A file (ndjson, fsynced) where records the server refuses are set aside as `{"reason", "status", "answer", "sink", "url", "record"}` and counted as `discarded_events_total{reason="dead_letter"}`. Without it a refused record is retried with backoff (`error_type="rejected"`, a loud error): nothing is committed silently."#,
+};
+
+/// The `batch` key of the HTTP-based sinks, with their `default`.
+pub const fn batch_doc(default: &'static str) -> petrel_core::plugin::KeyDoc {
+    petrel_core::plugin::KeyDoc {
+        name: "batch",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(default),
+        doc: "`{max_bytes, max_events, timeout_ms}`: a request is sent when it holds `max_bytes` or `max_events`, or `timeout_ms` after its first event waited.",
+    }
+}
+
+/// The `timeout_ms` key of the HTTP-based sinks, with their `default`.
+pub const fn timeout_doc(default: &'static str) -> petrel_core::plugin::KeyDoc {
+    petrel_core::plugin::KeyDoc {
+        name: "timeout_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(default),
+        doc: "Timeout of one request.",
+    }
+}
+
+/// The `max_in_flight_requests` key of the HTTP-based sinks, with their
+/// `default`.
+pub const fn max_in_flight_doc(default: &'static str) -> petrel_core::plugin::KeyDoc {
+    petrel_core::plugin::KeyDoc {
+        name: "max_in_flight_requests",
+        kind: petrel_core::plugin::KeyKind::Int,
+        default: Some(default),
+        doc:
+            "Upper bound of the congestion window (AIMD: a failure halves it, a success widens it).",
+    }
+}
+
 /// How events are laid out in a request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyEncoding {
@@ -817,7 +897,9 @@ pub(super) fn compress(c: Compression, body: &[u8]) -> std::io::Result<Vec<u8>> 
 /// Registration of `type: http`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "http",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| HttpSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -70,6 +70,93 @@ pub const KEYS: &[&str] = &[
     "max_in_flight_requests",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"The Loki push API (Grafana Loki, VictoriaLogs): entries grouped by stream and sorted by time, with a guard on the number of label sets. Cargo feature `loki` (default)."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "endpoint",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: an `http://` or `https://` base URL (a path prefix is kept)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "path",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"/loki/api/v1/push"#),
+        doc: r#"Appended to `endpoint` (VictoriaLogs: `/insert/loki/api/v1/push`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "encoding",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["protobuf", "json"]),
+        default: Some(r#"protobuf"#),
+        doc: r#"`protobuf`: Loki's `PushRequest`, snappy-compressed; `json`: the JSON push body."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "compression",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["none", "gzip"]),
+        default: Some(r#"none"#),
+        doc: r#"`gzip` for `encoding: json` (protobuf bodies are always snappy)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "labels",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{agent: petrel}"#),
+        doc: r#"Stream labels: name (letters, digits, `_`) to a `{{ field }}` template or a constant; a label whose field is missing is left out (counted `template_field_missing`); an event with no label gets `agent="petrel"`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "structured_metadata",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"Per-entry metadata (Loki 3), name to template; empty values are left out."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "remove_label_fields",
+        kind: petrel_core::plugin::KeyKind::Bool,
+        default: Some(r#"false"#),
+        doc: r#"Leave the fields the label templates read out of a `json` line."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "line_format",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["json", "text"]),
+        default: Some(r#"json"#),
+        doc: r#"`json`: the `ndjson` object of the event; `text`: the message only."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "tenant_id",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Sent as `X-Scope-OrgID`; `${ENV}` expanded."#,
+    },
+    crate::sinks::http::HEADERS_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "auth",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"As for the `elasticsearch` sink: `basic`, `bearer`, `api_key`."#,
+    },
+    crate::sinks::tls::TLS_DOC,
+    crate::sinks::http::DEAD_LETTER_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "max_streams",
+        kind: petrel_core::plugin::KeyKind::Int,
+        default: Some(r#"1000"#),
+        doc: r#"Label sets in use at once (unused for 10 minutes: no longer counted); beyond it an event's label values become `petrel_overflow` (counted in `stream_overflow_events_total`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "out_of_order",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["accept", "rewrite_timestamp", "drop"]),
+        default: Some(r#"accept"#),
+        doc: r#"An entry older than the newest sent for its stream: sent as is, sent with that newest time, or dropped (counted `reason=out_of_order`)."#,
+    },
+    crate::sinks::http::batch_doc(r#"{max_bytes: 1MiB, max_events: 10000, timeout_ms: 1000}"#),
+    crate::sinks::http::timeout_doc(r#"30000"#),
+    crate::sinks::http::max_in_flight_doc(r#"8"#),
+];
+
 /// The value every label of an event over the cardinality guard gets.
 pub const OVERFLOW_VALUE: &str = "petrel_overflow";
 /// A label set unused for this long no longer counts against `max_streams`.
@@ -1079,7 +1166,9 @@ struct LabelPair {
 /// Registration of `type: loki`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "loki",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| LokiConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

@@ -72,6 +72,61 @@ pub const KEYS: &[&str] = &[
     "dead_letter",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"OTLP logs over HTTP (protobuf or JSON) or gRPC: each event becomes one `LogRecord`, with resource attributes derived from the sources' metadata. Cargo feature `opentelemetry` (default)."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "endpoint",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required. `protocol: http`: the full URL, path included (`.../v1/logs`); `grpc`: the server's URL (`http://host:4317`, `https://` for TLS)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "protocol",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["http", "grpc"]),
+        default: Some(r#"http"#),
+        doc: r#"`http` (POST) or `grpc` (`LogsService/Export`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "encoding",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["protobuf", "json"]),
+        default: Some(r#"protobuf"#),
+        doc: r#"HTTP only: `application/x-protobuf`, or `application/json` (the OTLP JSON mapping)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "compression",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["none", "gzip"]),
+        default: Some(r#"none"#),
+        doc: r#"`gzip`: HTTP `Content-Encoding` or gRPC message compression."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "headers",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{}"#),
+        doc: r#"Extra HTTP headers, or gRPC metadata; `${ENV}` and `${ENV:-default}` expanded at load."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "tls",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"Servers are verified against Mozilla's roots; `ca_file`, `cert_file` + `key_file`, `verify: false` (HTTP only), as for the `elasticsearch` sink."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "resource",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{}"#),
+        doc: r#"Resource attributes added to every derived resource."#,
+    },
+    crate::sinks::http::batch_doc(r#"{max_bytes: 1MiB, max_events: 10000, timeout_ms: 1000}"#),
+    crate::sinks::http::timeout_doc(r#"30000"#),
+    crate::sinks::http::max_in_flight_doc(r#"16"#),
+    crate::sinks::http::DEAD_LETTER_DOC,
+];
+
 /// Event fields through which the `opentelemetry` source hands over what
 /// an OTLP record carries besides its body and time; this sink reads them
 /// back, so OTLP in, OTLP out loses nothing.
@@ -1286,7 +1341,9 @@ impl Sink for OtlpSink {
 /// Registration of `type: opentelemetry`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "opentelemetry",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| OtlpSinkConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

@@ -13,6 +13,21 @@ use super::writer::{self, Target};
 /// Keys accepted by the stdout sink.
 pub const KEYS: &[&str] = &["type", "id", "encoding"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Writes events to standard output and acknowledges after the write."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "encoding",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson"]),
+        default: Some(r#"text"#),
+        doc: r#"`text`: the message bytes and `\n`; `ndjson`: one JSON object per event with every field."#,
+    },
+];
+
 /// Configuration of the stdout sink.
 #[derive(Debug, Clone)]
 pub struct StdoutSinkConfig {
@@ -78,7 +93,9 @@ impl Sink for StdoutSink {
 /// Registration of `type: stdout`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "stdout",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| StdoutSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -77,3 +77,11 @@ impl Tls {
         Ok(Some(pem))
     }
 }
+
+/// The `tls` key, documented once for every plugin that reads it.
+pub const TLS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "tls",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: None,
+    doc: r#"Servers are verified against Mozilla's roots; `{ca_file, cert_file, key_file, verify}`: `ca_file` (PEM) is added to the roots, `cert_file` + `key_file` present a client certificate, `verify: false` skips verification (tests only)."#,
+};

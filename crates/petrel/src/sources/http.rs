@@ -60,10 +60,54 @@ pub const KEYS: &[&str] = &[
     "buffer",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Receives events by HTTP POST: JSON (an object, an array of objects, or one per line), ndjson, or text lines; gzip, zstd or lz4 bodies. Answers 200 `{"accepted":N}` once the data is accepted, 503 with `Retry-After` when the buffer is full."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "address",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: `host:port` to listen on."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "path",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"/"#),
+        doc: r#"The only path served (other paths: 404); must start with `/`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_body_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"10MiB"#),
+        doc: r#"Largest request body, also after decompression (413 beyond)."#,
+    },
+    crate::sources::net::MAX_CONNECTIONS_DOC,
+    crate::sources::net::IDLE_TIMEOUT_DOC,
+    crate::sources::net::tls::TLS_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "auth",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"`{bearer_token}`: requests must carry `Authorization: Bearer <token>` (401 otherwise); `${ENV}` expanded at load."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "buffer",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{type: memory}"#),
+        doc: r#"Where received data waits until every sink acknowledged it: `{type, max_bytes, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before it counts as accepted. `max_bytes` (disk only, default `256MiB`, at least `1MiB`) bounds undelivered data; `when_full`: `block` (default: stop reading, HTTP answers 503) or `drop_newest` (counted, `reason=buffer_full`); `sync_interval_ms` (disk only, default `100`, at most 60000): socket data is synced within this time. See the delivery guarantee chapter of the book. With `type: disk`, `max_bytes` must be at least twice `max_body_bytes`."#,
+    },
+];
+
 /// Registration of `type: http`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "http",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| HttpSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

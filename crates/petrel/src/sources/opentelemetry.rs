@@ -65,10 +65,51 @@ pub const KEYS: &[&str] = &[
     "buffer",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"An OTLP logs receiver over gRPC and/or HTTP; a request is answered with success only once its records are in the buffer, and each `LogRecord` becomes one event keeping its resource, scope, attributes and trace context. Cargo feature `opentelemetry` (default)."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "grpc_address",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"`ip:port` of the OTLP/gRPC server (gzip accepted). At least one of the two addresses is required."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "http_address",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"`ip:port` of the OTLP/HTTP server: `POST /v1/logs`, protobuf or JSON, gzip accepted."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_body_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"10MiB"#),
+        doc: r#"Largest request, after decompression."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "tls",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"`{cert_file, key_file}` (PEM) serves both gRPC and HTTP over TLS; with `ca_file`, clients must present a certificate signed by it."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "buffer",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{type: disk}"#),
+        doc: r#"As for the receiving sources, but disk by default: success means the records are durable in the spool. `max_bytes` must be at least twice `max_body_bytes`."#,
+    },
+];
+
 /// Registration of `type: opentelemetry`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "opentelemetry",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| OtlpSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

@@ -21,10 +21,27 @@ use super::net::{intake, RawDecode, RunningNet};
 /// Keys accepted by the spool source.
 pub const KEYS: &[&str] = &["type", "id", "path"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Delivers what `petrel pipe` wrote to a spool directory, commits what every sink acknowledged, and deletes finished segments. One per directory."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "path",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: the absolute spool directory given to `petrel pipe --spool-dir`."#,
+    },
+];
+
 /// Registration of `type: spool`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "spool",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| SpoolSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

@@ -33,10 +33,27 @@ use prometheus_client::metrics::counter::Counter;
 /// Keys accepted by the stdin source.
 pub const KEYS: &[&str] = &["type", "id", "max_line_bytes"];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Reads standard input, one event per line, for `app | petrel run`; what was read stays in memory until delivered, and the agent stops once every source has ended and its data was delivered. One per agent."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "max_line_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"1MiB"#),
+        doc: r#"Longer lines are split (counted as `line_too_long`); 64 to 1GiB."#,
+    },
+];
+
 /// Registration of `type: stdin`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "stdin",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| StdinSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

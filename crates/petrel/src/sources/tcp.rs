@@ -38,10 +38,46 @@ pub const KEYS: &[&str] = &[
     "buffer",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Receives newline-delimited text over TCP or a Unix stream socket, one event per line, with `source_address`."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "address",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: `host:port`, or an absolute Unix socket path."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_message_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"1MiB"#),
+        doc: r#"Longer lines are cut and counted; 64 to 64MiB."#,
+    },
+    crate::sources::net::MAX_CONNECTIONS_DOC,
+    crate::sources::net::IDLE_TIMEOUT_DOC,
+    SOCKET_MODE_DOC,
+    crate::sources::net::tls::TLS_DOC,
+    crate::sources::net::BUFFER_DOC,
+];
+
+/// The `socket_mode` key, documented once for every plugin that reads it.
+pub const SOCKET_MODE_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "socket_mode",
+    kind: petrel_core::plugin::KeyKind::String,
+    default: Some(r#""0666""#),
+    doc: r#"Unix socket addresses: the mode of the created socket, octal in quotes (`"0660"`)."#,
+};
+
 /// Registration of `type: tcp`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "tcp",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| TcpSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

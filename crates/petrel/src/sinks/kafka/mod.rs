@@ -44,6 +44,93 @@ pub const KEYS: &[&str] = &[
     "transactional_id",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Produces one Kafka message per event through librdkafka; a batch is acknowledged only when every message's delivery report succeeded, and failed messages are sent again with backoff without limit."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "brokers",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Required: bootstrap brokers, `host:port`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "topic",
+        kind: petrel_core::plugin::KeyKind::Template,
+        default: None,
+        doc: r#"Required: the topic; `{{ field }}` is replaced by the event's field (`file` included)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "fallback_topic",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"petrel-unrouted"#),
+        doc: r#"Topic of events whose template field is missing or empty (`topic_field_missing`), whose rendered topic is not a valid Kafka name, or whose topic the broker reports unknown or not writable (both `invalid_topic`; a valid name is 1 to 249 of `[a-zA-Z0-9._-]`): one bad event never stalls the sink."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "key_field",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Field used as message key (librdkafka's key hash picks the partition); without it each batch goes to one partition, the partitions with a leader in turn (librdkafka's partitioner until the topic's metadata is known; refreshed every 60 s and after a failed delivery)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "encoding",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson"]),
+        default: Some(r#"text"#),
+        doc: r#"One message per event: the message bytes, or a JSON object with every field."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "compression",
+        kind: petrel_core::plugin::KeyKind::OneOf(COMPRESSIONS),
+        default: Some(r#"none"#),
+        doc: r#"librdkafka `compression.type`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "acks",
+        kind: petrel_core::plugin::KeyKind::OneOf(ACKS),
+        default: Some(r#"all"#),
+        doc: r#"With `all`, the idempotent producer is on."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "batch",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{linger_ms: 50}"#),
+        doc: r#"`{max_bytes, linger_ms}`: librdkafka `batch.size` (its default, 1 MB) and `linger.ms`; a 50 ms linger keeps the idempotent producer from busy-polling."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "librdkafka",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: Some(r#"{}"#),
+        doc: r#"Any librdkafka setting, applied last (`security.protocol`, ...); checked when the configuration is loaded."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_in_flight_batches",
+        kind: petrel_core::plugin::KeyKind::Int,
+        default: Some(r#"64"#),
+        doc: r#"Upper bound of the congestion window, 1 to 4096."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_buffered_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"4MiB"#),
+        doc: r#"Bytes handed to librdkafka and not yet confirmed, per shared producer."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "exactly_once",
+        kind: petrel_core::plugin::KeyKind::Bool,
+        default: Some(r#"false"#),
+        doc: r#"Write in Kafka transactions that also commit the offsets the pipeline's `kafka` source consumed (with its consumer group's metadata, so an instance that lost its partitions is fenced): a `read_committed` consumer of the output sees each input record once, through crashes, broker restarts and rebalances. Needs exactly one `kafka` source in the pipeline, this sink as the pipeline's only sink without `when`, and `acks: all`; `fallback_topic` is not used. A failed transaction is aborted and its records sent again in a new one."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "transactional_id",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"petrel-<host>-<pipeline>-<sink id>"#),
+        doc: r#"With `exactly_once`: the producer's `transactional.id`. It must stay the same across restarts of one instance (a restart then aborts the transaction a crash left open at once, instead of after its 60 s timeout) and differ between instances; set it when instances share a host name."#,
+    },
+];
+
 /// Default of `max_buffered_bytes`: a few librdkafka batches (`batch.size`
 /// 1 MB), enough to keep several partitions busy; see
 /// [`SharedProducer::get`] for why it is not larger.
@@ -486,7 +573,9 @@ impl KafkaSink {
 /// Registration of `type: kafka`.
 pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlugin {
     type_name: "kafka",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| KafkaSinkConfig::parse(m).map(|c| std::sync::Arc::new(c) as _),
 };
 

@@ -38,6 +38,61 @@ pub const KEYS: &[&str] = &[
     "close_inactive_secs",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Tails files matched by globs through rotation, truncation and restarts; an offset is committed only once every sink acknowledged the events below it. Every event carries `message`, `file` and `host`."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "include",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Globs of files to read (required): `*` and `?` within a path component, `[..]` classes, `**` any number of directories."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "exclude",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: Some(r#"[]"#),
+        doc: r#"Globs of files to skip; a pattern without leading `/` or `**` matches at any depth (`*.gz` = `**/*.gz`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "read_from",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["beginning", "end"]),
+        default: Some(r#"end"#),
+        doc: r#"Where to start in a file without checkpoint. `end` applies only to files present at the source's very first start; files that appear later, including while the agent was stopped, are read from their beginning."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_line_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"1MiB"#),
+        doc: r#"Longer lines are split into pieces of this size, each an event; counted as `line_too_long`."#,
+    },
+    PARTIAL_LINE_TIMEOUT_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "read_block_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"256KiB"#),
+        doc: r#"Size of one read, 4KiB to 64MiB."#,
+    },
+    crate::sources::file::multiline::MULTILINE_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "close_inactive_secs",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"300"#),
+        doc: r#"A file read to its end that has not grown for this long is closed (its offset kept) and reopened at that offset when it grows, so thousands of idle files do not hold a descriptor each."#,
+    },
+];
+
+/// The `partial_line_timeout_ms` key, documented once for every plugin that reads it.
+pub const PARTIAL_LINE_TIMEOUT_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "partial_line_timeout_ms",
+    kind: petrel_core::plugin::KeyKind::Duration,
+    default: Some(r#"5000"#),
+    doc: r#"A last line without newline is emitted once the file has not grown for this long."#,
+};
+
 /// Where to start in files that have no checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadFrom {
@@ -185,7 +240,9 @@ fn glob_of(n: petrel_core::config::Node<'_>, p: &str) -> Option<String> {
 /// Registration of `type: file`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "file",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| FileSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

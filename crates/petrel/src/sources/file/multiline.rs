@@ -46,6 +46,14 @@ pub const KEYS: &[&str] = &[
     "max_bytes",
 ];
 
+/// The `multiline` key, documented once for every plugin that reads it.
+pub const MULTILINE_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "multiline",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: None,
+    doc: r#"Joins lines into events in the source, so an event is never split across reads: exactly one rule of `start_pattern`, `continue_pattern`, `end_pattern` (regexes anchored at the line start) or `mode: timestamp` (a line beginning with a timestamp of `timestamp_formats` starts an event); `timeout_ms` (`1000`): a held event is emitted when the file has not grown for this long; `max_lines` (`1000`) and `max_bytes` (`max_line_bytes`): an event is cut there (counted `multiline_cut`)."#,
+};
+
 /// How event boundaries are found.
 #[derive(Debug, Clone)]
 pub enum Rule {

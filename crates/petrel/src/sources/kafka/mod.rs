@@ -98,9 +98,68 @@ pub const KEYS: &[&str] = &[
     "librdkafka",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Reads Kafka topics as a member of a consumer group (the aggregator role); instances with the same `group_id` share the partitions. Each record becomes an event: `message` is its value; `kafka.offset`, `kafka.timestamp` (ms, also the event time), `kafka.key` and `kafka.headers` are fields; `kafka.topic` and `kafka.partition` are source metadata. A partition's offset is committed only up to the first record not yet acknowledged by every sink it was routed to; a crash re-reads at most the records in flight plus `commit_interval_ms` of delivered ones. When the memory limit is reached the partitions are paused, and the consumer stays in its group."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "brokers",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Required: bootstrap brokers, `host:port`."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "topics",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Required: topic names, or regexes starting with `^` (`^audit-.*`); topics created later that match a regex are picked up within 10 s."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "group_id",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: the consumer group. Its committed offsets are where reading resumes; another pipeline reading the same topics independently uses another group."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "start",
+        kind: petrel_core::plugin::KeyKind::OneOf(STARTS),
+        default: Some(r#"committed"#),
+        doc: r#"`committed`: resume from the group's committed offsets, a partition without one from its earliest record. `earliest` / `latest`: on a partition's first assignment in this process's life, ignore the committed offset and start at the earliest record / at the end (a replay, or skipping a backlog); later reassignments resume from the commits."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "decoding",
+        kind: petrel_core::plugin::KeyKind::OneOf(DECODINGS),
+        default: Some(r#"text"#),
+        doc: r#"`json`: the value's JSON object becomes fields, as `parse_json` makes them; a value that is not a JSON object is counted (`error_type="decode_failed"`) and sent on as text."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "drain_timeout_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"10000"#),
+        doc: r#"When partitions are revoked in a rebalance: how long to wait for their records in flight to be delivered before committing and releasing them; what is still undelivered is read again by the new owner."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "commit_interval_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"1000"#),
+        doc: r#"How often delivered offsets are committed (besides at revocation and shutdown); at least 10."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "librdkafka",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"librdkafka consumer settings, applied last (`session.timeout.ms`, `security.protocol`, `sasl.*`, `partition.assignment.strategy`...); checked when the file is loaded. `enable.auto.commit` is refused. Set by the source unless given here: `queued.max.messages.kbytes: 4096`, `isolation.level: read_committed`, `partition.assignment.strategy: cooperative-sticky`."#,
+    },
+];
+
 /// Registration of `type: kafka` (source).
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "kafka",
+    doc: DOC,
+    key_docs: KEY_DOCS,
     keys: KEYS,
     parse: |m| KafkaSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };

@@ -42,6 +42,36 @@ pub const KEYS: &[&str] = &[
     "partial_line_timeout_ms",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Log files inside running containers, read through the container's root as the host sees it (`/proc/<pid>/root/...`), with the metadata of `kubernetes_logs`; needs containerd or Docker, `hostPID` and `CAP_SYS_PTRACE`."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "paths",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: None,
+        doc: r#"Globs of files inside the container (required), e.g. `["/var/log/app/*.log"]`."#,
+    },
+    crate::sources::kubernetes::RUNTIME_DOC,
+    crate::sources::kubernetes::CONTAINERD_SOCKET_DOC,
+    crate::sources::kubernetes::DOCKER_SOCKET_DOC,
+    crate::sources::kubernetes::select::INCLUDE_DOC,
+    crate::sources::kubernetes::select::EXCLUDE_DOC,
+    crate::sources::kubernetes::ANNOTATION_FIELDS_DOC,
+    crate::sources::kubernetes::READ_FROM_DOC,
+    crate::sources::file::multiline::MULTILINE_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "max_line_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"1MiB"#),
+        doc: r#"Longer lines are split into pieces of this size, each an event; counted as `line_too_long`."#,
+    },
+    crate::sources::file::PARTIAL_LINE_TIMEOUT_DOC,
+];
+
 /// Configuration of `type: container_files`.
 #[derive(Debug, Clone)]
 pub struct ContainerFilesConfig {
@@ -116,7 +146,9 @@ impl ContainerFilesConfig {
 /// Registration of `type: container_files`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "container_files",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| ContainerFilesConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

@@ -59,6 +59,105 @@ pub const KEYS: &[&str] = &[
     "metadata_wait_ms",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Container stdout and stderr as the runtime writes them on the node: kubelet's CRI logs and Docker's json-file logs, partial lines joined, with pod and container metadata from the path and the node's own container runtime (no API-server access)."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "pods_dir",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"/var/log/pods"#),
+        doc: r#"kubelet's CRI log directory (`<ns>_<pod>_<uid>/<container>/<n>.log`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "docker_dir",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"/var/lib/docker/containers"#),
+        doc: r#"Docker's json-file log directory (`<id>/<id>-json.log`)."#,
+    },
+    RUNTIME_DOC,
+    CONTAINERD_SOCKET_DOC,
+    DOCKER_SOCKET_DOC,
+    crate::sources::kubernetes::select::INCLUDE_DOC,
+    crate::sources::kubernetes::select::EXCLUDE_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "streams",
+        kind: petrel_core::plugin::KeyKind::List,
+        default: Some(r#"[stdout, stderr]"#),
+        doc: r#"The streams read: `stdout`, `stderr` or both."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_merged_line_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"1MiB"#),
+        doc: r#"A line merged from partial records that reaches this size is cut there (counted `container_line_cut`)."#,
+    },
+    ANNOTATION_FIELDS_DOC,
+    READ_FROM_DOC,
+    crate::sources::file::multiline::MULTILINE_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "partial_line_timeout_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"5000"#),
+        doc: r#"The unfinished line of a rotated or deleted file goes out once the file stopped growing for this long; as for `type: file` otherwise."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "unfinished_line_timeout_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"300000"#),
+        doc: r#"A live file's unfinished line waits for its last part up to this long after the file stopped growing (at least `partial_line_timeout_ms`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "metadata_wait_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"5000"#),
+        doc: r#"A container the runtime does not know yet waits this long for its metadata, then is read with its path's fields only (counted `metadata_missing`)."#,
+    },
+];
+
+/// The `runtime` key, documented once for every plugin that reads it.
+pub const RUNTIME_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "runtime",
+    kind: petrel_core::plugin::KeyKind::OneOf(&["auto", "containerd", "docker", "none"]),
+    default: Some(r#"auto"#),
+    doc: r#"Where pod and container metadata comes from: containerd's CRI API, the Docker engine API, or `none` (path metadata only). `auto` uses containerd's socket if it exists, else Docker's, else none."#,
+};
+
+/// The `containerd_socket` key, documented once for every plugin that reads it.
+pub const CONTAINERD_SOCKET_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "containerd_socket",
+    kind: petrel_core::plugin::KeyKind::String,
+    default: Some(r#"/run/containerd/containerd.sock"#),
+    doc: r#"containerd's CRI socket."#,
+};
+
+/// The `docker_socket` key, documented once for every plugin that reads it.
+pub const DOCKER_SOCKET_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "docker_socket",
+    kind: petrel_core::plugin::KeyKind::String,
+    default: Some(r#"/var/run/docker.sock"#),
+    doc: r#"The Docker engine's socket."#,
+};
+
+/// The `annotation_fields` key, documented once for every plugin that reads it.
+pub const ANNOTATION_FIELDS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "annotation_fields",
+    kind: petrel_core::plugin::KeyKind::List,
+    default: Some(r#"[]"#),
+    doc: r#"Pod annotations copied into events as `k8s.annotations.<key>`."#,
+};
+
+/// The `read_from` key, documented once for every plugin that reads it.
+pub const READ_FROM_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "read_from",
+    kind: petrel_core::plugin::KeyKind::OneOf(&["beginning", "end"]),
+    default: Some(r#"beginning"#),
+    doc: r#"Where to start in a file present at the source's first start (no checkpoint yet); files that appear later are always read from their beginning."#,
+};
+
 /// Which runtime metadata comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeChoice {
@@ -318,7 +417,9 @@ fn unfinished_line_timeout(map: &Map<'_>, partial: Duration) -> Duration {
 /// Registration of `type: kubernetes_logs`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "kubernetes_logs",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| KubernetesLogsConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

@@ -16,6 +16,22 @@ pub const KEYS: &[&str] = &[
     "containers",
 ];
 
+/// The `include` key, documented once for every plugin that reads it.
+pub const INCLUDE_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "include",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: None,
+    doc: r#"Which containers are read, decided once per container file: `{namespaces, pods, containers, pod_labels, pod_annotations}`. Every condition given must hold; a list matches when any of its names does (`*` wildcards), labels and annotations all must match (value `"*"`: any value). Labels and annotations need a runtime."#,
+};
+
+/// The `exclude` key, documented once for every plugin that reads it.
+pub const EXCLUDE_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "exclude",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: None,
+    doc: r#"Containers skipped: the same keys as `include`; any one condition given excludes."#,
+};
+
 /// One `include:` or `exclude:` block.
 #[derive(Debug, Clone, Default)]
 pub struct Selector {

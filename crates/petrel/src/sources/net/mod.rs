@@ -109,6 +109,30 @@ impl Default for BufferOptions {
 /// Keys of `buffer:`.
 pub const BUFFER_KEYS: &[&str] = &["type", "max_bytes", "when_full", "sync_interval_ms"];
 
+/// The `buffer` key, documented once for every plugin that reads it.
+pub const BUFFER_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "buffer",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: Some(r#"{type: memory}"#),
+    doc: r#"Where received data waits until every sink acknowledged it: `{type, max_bytes, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before it counts as accepted. `max_bytes` (disk only, default `256MiB`, at least `1MiB`) bounds undelivered data; `when_full`: `block` (default: stop reading, HTTP answers 503) or `drop_newest` (counted, `reason=buffer_full`); `sync_interval_ms` (disk only, default `100`, at most 60000): socket data is synced within this time. See the delivery guarantee chapter of the book."#,
+};
+
+/// The `max_connections` key, documented once for every plugin that reads it.
+pub const MAX_CONNECTIONS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "max_connections",
+    kind: petrel_core::plugin::KeyKind::Int,
+    default: Some(r#"1024"#),
+    doc: r#"Connections open at once; more are closed at accept and counted `connection_refused`."#,
+};
+
+/// The `idle_timeout_secs` key, documented once for every plugin that reads it.
+pub const IDLE_TIMEOUT_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "idle_timeout_secs",
+    kind: petrel_core::plugin::KeyKind::Duration,
+    default: Some(r#"600"#),
+    doc: r#"A connection silent for this many seconds is closed (counted `idle_timeout`)."#,
+};
+
 impl BufferOptions {
     /// Reads `buffer:` of `map`, if present.
     pub fn parse(map: &Map<'_>) -> Option<Self> {

@@ -12,6 +12,14 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 /// Keys of `tls:`.
 pub const TLS_KEYS: &[&str] = &["cert_file", "key_file", "ca_file"];
 
+/// The `tls` key, documented once for every plugin that reads it.
+pub const TLS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "tls",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: None,
+    doc: r#"Serve TLS (rustls) on a TCP address: `{cert_file, key_file, ca_file}` (PEM). With `ca_file`, clients must present a certificate signed by that CA (mutual TLS). A failed handshake is counted `tls_handshake_failed`."#,
+};
+
 /// Paths of the server's certificate chain and key, and of the CA that
 /// client certificates must chain to (then required).
 #[derive(Debug, Clone)]

@@ -58,10 +58,73 @@ pub const KEYS: &[&str] = &[
     "buffer",
 ];
 
+/// What this plugin does, for the component reference.
+pub const DOC: &str = r#"Receives syslog (RFC 5424, RFC 3164, or raw frames) over TCP, UDP or Unix sockets; events carry `hostname`, `app_name`, `proc_id`, `msg_id`, `facility`, `severity`, structured data as `sd.<SD-ID>.<PARAM>`, and `source_address`."#;
+
+/// The documentation of each of [`KEYS`], for the component reference.
+pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
+    petrel_core::plugin::KeyDoc::TYPE,
+    petrel_core::plugin::KeyDoc::ID,
+    petrel_core::plugin::KeyDoc {
+        name: "mode",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["tcp", "udp", "unix_stream", "unix_datagram"]),
+        default: Some(r#"tcp"#),
+        doc: r#"The transport."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "address",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Required: `host:port`, or a socket path for the unix modes."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "format",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["auto", "rfc5424", "rfc3164", "raw"]),
+        default: Some(r#"auto"#),
+        doc: r#"How frames are parsed; `raw`: the whole frame is the message. A frame that does not parse is kept whole as `message` and counted (`parse_failed`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "framing",
+        kind: petrel_core::plugin::KeyKind::OneOf(&["auto", "octet_counting", "newline"]),
+        default: Some(r#"auto"#),
+        doc: r#"Stream modes (RFC 6587): with `auto`, a frame starting with a digit is octet-counted, anything else ends at a newline."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_message_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"65536"#),
+        doc: r#"Longer messages are cut and counted (`discarded reason=too_long`); 64 to 64MiB."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "timezone",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: Some(r#"local"#),
+        doc: r#"The zone of RFC 3164 times, which carry none (`UTC`, `local`, `+08:00`, an IANA name); the year is inferred."#,
+    },
+    crate::sources::net::MAX_CONNECTIONS_DOC,
+    crate::sources::net::IDLE_TIMEOUT_DOC,
+    crate::sources::tcp::SOCKET_MODE_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "receive_buffer_bytes",
+        kind: petrel_core::plugin::KeyKind::Bytes,
+        default: Some(r#"4MiB"#),
+        doc: r#"`udp` and `unix_datagram`: the socket's `SO_RCVBUF` (root may exceed `rmem_max`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "tls",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"`mode: tcp` only: Serve TLS (rustls) on a TCP address: `{cert_file, key_file, ca_file}` (PEM). With `ca_file`, clients must present a certificate signed by that CA (mutual TLS). A failed handshake is counted `tls_handshake_failed`."#,
+    },
+    crate::sources::net::BUFFER_DOC,
+];
+
 /// Registration of `type: syslog`.
 pub const PLUGIN: SourcePlugin = SourcePlugin {
     type_name: "syslog",
+    doc: DOC,
     keys: KEYS,
+    key_docs: KEY_DOCS,
     parse: |m| SyslogSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 

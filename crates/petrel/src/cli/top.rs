@@ -106,10 +106,10 @@ fn parse_line(line: &str) -> Option<Sample> {
 /// GET `path` from `addr` with HTTP/1.0 (the agent's API answers plain
 /// HTTP); the body on 200.
 fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<String, String> {
-    let (mut s, sock) = crate::tapcmd::connect(addr, timeout).map_err(|e| e.to_string())?;
+    let (mut s, sock) = super::tap::connect(addr, timeout).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    let headers = crate::tapcmd::request_headers(addr, &sock);
+    let headers = super::tap::request_headers(addr, &sock);
     s.write_all(format!("GET {path} HTTP/1.0\r\n{headers}\r\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut resp = Vec::new();

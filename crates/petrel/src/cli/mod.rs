@@ -1,0 +1,268 @@
+//! The command line: one module per subcommand beside the engine's
+//! modules, so that `main.rs` only calls [`main`].
+
+pub mod docs;
+pub mod pipe;
+pub mod run;
+pub mod tap;
+pub mod test;
+pub mod top;
+pub mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use petrel_gen as gen;
+
+use run::RunArgs;
+
+const EXAMPLES: &str = "\
+Examples:
+  petrel run --config examples/quickstart.yaml --data-dir /tmp/petrel-data
+  petrel run --config /etc/petrel/pipelines/ --threads 2 --memory-limit 128MiB
+  petrel validate --config /etc/petrel/pipelines/
+  petrel test --config examples/pipelines/nginx-kafka.yaml --junit report.xml
+  petrel pipe --spool-dir /var/lib/petrel/spool/apache   # as Apache's CustomLog \"|...\"
+  petrel gen --format single128 --size 1GiB --output /tmp/single128.log
+  petrel gen --format nginx283 --rate 10MB --duration 60 --output /tmp/access.log --rotate-bytes 100MB";
+
+/// The description of `petrel --help` and of the man page.
+const LONG_ABOUT: &str = "\
+Petrel tails log files through rotation, truncation and restarts, receives \
+syslog, TCP, HTTP and OTLP, runs each event through a chain of processors \
+and delivers it at least once to files, Kafka, HTTP endpoints and log \
+stores. A pipeline is one YAML file; a directory of them is one pipeline \
+per *.yaml or *.yml file, named by the file stem. The component reference \
+is in /usr/share/doc/petrel/reference/ (docs/src/reference/ in the \
+source), examples in /usr/share/doc/petrel/examples/. Every subcommand \
+lists its options with --help.";
+
+/// Petrel: a log collection agent.
+#[derive(Parser, Debug)]
+#[command(name = "petrel", version, about, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run pipelines until SIGINT or SIGTERM.
+    #[command(after_help = EXAMPLES)]
+    Run(RunArgs),
+    /// Check pipeline files; exit 2 with one `FILE:LINE:COL: problem` line each.
+    Validate {
+        /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline's
+    /// processor chain in-process and check the events at a component; exit
+    /// 0 when all pass, 1 when one fails, 2 on invalid config or test files.
+    Test {
+        /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
+        #[arg(long)]
+        config: PathBuf,
+        /// Write a JUnit XML report here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Test files or directories of them (default: `*.test.yaml` next
+        /// to the config).
+        tests: Vec<PathBuf>,
+    },
+    /// Write a benchmark data set.
+    Gen(GenArgs),
+    /// Copy standard input to a spool directory without ever making the
+    /// writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running
+    /// agent reads it with `sources: [{type: spool, path: DIR}]`.
+    Pipe(PipeArgs),
+    /// Print a sample of the events leaving a component of a running
+    /// agent (ndjson or their messages); the pipeline never waits for it.
+    Tap {
+        /// `PIPELINE` (the sinks' input) or `PIPELINE/COMPONENT` (a source:
+        /// what the pipeline's sources produce; a processor: its output; a
+        /// sink: its input).
+        target: String,
+        /// The agent's `--api-addr`.
+        #[arg(long, default_value = "127.0.0.1:8686")]
+        api_addr: String,
+        /// Stop after this many events.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// At most this many events per second.
+        #[arg(long)]
+        rate: Option<u64>,
+        /// `ndjson` (every field) or `text` (the message).
+        #[arg(long, value_enum, default_value_t = tap::TapFormat::Ndjson)]
+        format: tap::TapFormat,
+    },
+    /// Print generated documentation: the component reference (Markdown),
+    /// shell completions or the man page.
+    Docs {
+        /// What to print.
+        #[command(subcommand)]
+        what: docs::DocsCmd,
+    },
+    /// A live terminal view of a running agent (rates per component, lag
+    /// per file, memory, CPU), read from its API; `q` quits.
+    Top {
+        /// The agent's `--api-addr`.
+        #[arg(long, default_value = "127.0.0.1:8686")]
+        api_addr: String,
+        /// Milliseconds between two readings.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct PipeArgs {
+    /// The spool directory (created when missing).
+    #[arg(long)]
+    spool_dir: PathBuf,
+    /// A name for this writer; events carry `source_address: pipe:NAME`.
+    #[arg(long)]
+    name: Option<String>,
+    /// Spool size cap; beyond it new lines are dropped and counted.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    max_bytes: u64,
+    /// Longest time written data waits for fsync, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    sync_interval_ms: u64,
+    /// Lines longer than this are cut into pieces.
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    max_line_bytes: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct GenArgs {
+    /// Data set.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(gen::DataSet::NAMES))]
+    format: String,
+    /// Total bytes, e.g. 1GiB.
+    #[arg(long, value_parser = parse_bytes, conflicts_with_all = ["rate", "duration"], required_unless_present = "rate")]
+    size: Option<u64>,
+    /// Bytes per second, e.g. 10MB.
+    #[arg(long, value_parser = parse_bytes, requires = "duration")]
+    rate: Option<u64>,
+    /// Seconds to write at `--rate`.
+    #[arg(long, requires = "rate")]
+    duration: Option<u64>,
+    /// Output file (appended to).
+    #[arg(long)]
+    output: PathBuf,
+    /// Rename the file to `<output>.N` each time it reaches this size.
+    #[arg(long, value_parser = parse_bytes)]
+    rotate_bytes: Option<u64>,
+    /// Seed of the random parts.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    petrel_core::config::parse_size(s)
+        .ok_or_else(|| format!("`{s}` is not a byte count such as 1048576, 64MiB or 10MB"))
+}
+
+/// The command line's definition, for the generated completions and man
+/// pages.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Parses the command line and runs the subcommand it names.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Validate { config } => validate::main(&config),
+        Cmd::Tap {
+            target,
+            api_addr,
+            limit,
+            rate,
+            format,
+        } => {
+            let o = tap::TapOptions {
+                api_addr,
+                target,
+                limit,
+                rate,
+                format,
+            };
+            match tap::run(&o, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("petrel tap: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Top {
+            api_addr,
+            interval_ms,
+        } => match top::run(&api_addr, Duration::from_millis(interval_ms.max(100))) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("petrel top: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+        Cmd::Test {
+            config,
+            junit,
+            tests,
+        } => ExitCode::from(test::run(&test::TestOptions {
+            config,
+            tests,
+            junit,
+        })),
+        Cmd::Pipe(a) => {
+            let opts = pipe::PipeOptions {
+                spool_dir: a.spool_dir,
+                name: a.name,
+                max_bytes: a.max_bytes,
+                sync_interval: Duration::from_millis(a.sync_interval_ms),
+                max_line_bytes: (a.max_line_bytes as usize).max(64),
+            };
+            match pipe::run(&opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("petrel pipe: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Gen(a) => {
+            let Some(format) = gen::DataSet::from_name(&a.format) else {
+                eprintln!("unknown format {}", a.format);
+                return ExitCode::from(2);
+            };
+            let opts = gen::GenOptions {
+                format,
+                size: a.size,
+                rate: a.rate,
+                duration_secs: a.duration,
+                output: a.output,
+                rotate_bytes: a.rotate_bytes,
+                seed: a.seed,
+            };
+            match gen::run(&opts) {
+                Ok(r) => {
+                    eprintln!(
+                        "wrote {} bytes, {} lines, {} events in {} file(s)",
+                        r.bytes, r.lines, r.events, r.files
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("petrel gen: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Run(a) => run::main(a),
+        Cmd::Docs { what } => docs::main(what, &mut Cli::command()),
+    }
+}

@@ -1,0 +1,422 @@
+//! `petrel run`: the agent itself. Loads the pipelines, starts the
+//! topology and the API, and stays until a signal stops it, reloading the
+//! configuration on SIGHUP, `POST /reload` or a change of `--config`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use crate::{api, config, data_dir, topology};
+
+use super::parse_bytes;
+
+/// Options of `petrel run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// A pipeline file or a directory of `*.yaml`/`*.yml` files (one pipeline each, named by file stem).
+    #[arg(long)]
+    config: PathBuf,
+    /// Where checkpoints are kept.
+    #[arg(long, default_value = "/var/lib/petrel", env = "PETREL_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Processing threads (default: number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Memory for in-flight data, e.g. 33554432 or 32MiB (the default, chosen by measurement: see BENCHMARKS.md).
+    #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
+    memory_limit: u64,
+    /// Address of the metrics and health API; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8686")]
+    api_addr: String,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Format of the agent's own log lines on stderr: `text` for people,
+    /// `json` (one object per line) for log pipelines such as Kubernetes'.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "PETREL_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Longest wait, in seconds, for in-flight data at shutdown (and for
+    /// draining a pipeline changed by a reload).
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+    /// How long offsets of files that are not seen (a directory not
+    /// mounted yet, a pipeline removed) are kept, e.g. 7d, 12h, 3600s.
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    checkpoint_ttl: Duration,
+    /// How long a sink may keep failing before `/health` reports it
+    /// (seconds); problems such as a dead thread count at once.
+    #[arg(long, default_value_t = 30)]
+    unhealthy_after: u64,
+    /// Do not watch `--config` for changes (reload with SIGHUP or
+    /// `POST /reload` only).
+    #[arg(long)]
+    no_watch_config: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration such as 7d, 12h, 30m or 3600s"))?;
+    let secs = match unit {
+        "" | "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86400),
+        _ => None,
+    }
+    .ok_or_else(|| format!("`{s}` is not a duration such as 7d, 12h, 30m or 3600s"))?;
+    Ok(Duration::from_secs(secs))
+}
+
+/// Format of the agent's own logs (`--log-format`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per record.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `message` and the
+    /// record's fields at the top level.
+    Json,
+}
+
+fn init_logging(level: Option<&str>, format: LogFormat) {
+    let filter = level
+        .map(str::to_string)
+        .or_else(|| std::env::var("PETREL_LOG").ok())
+        .unwrap_or_else(|| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // Flattened so that collectors find `message` and the fields at the
+        // top level; spans are not used by the agent, so they are left out.
+        LogFormat::Json => {
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .init();
+            // The default panic report is several plain-text lines (more
+            // with RUST_BACKTRACE), which would break a line-by-line JSON
+            // reader; processor panics are survivable, so they do happen.
+            std::panic::set_hook(Box::new(log_panic));
+        }
+    }
+}
+
+/// Logs a panic as one error record (`--log-format json`).
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let payload = info.payload();
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)");
+    let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+    let current = std::thread::current();
+    let thread = current.name().unwrap_or("<unnamed>");
+    let backtrace = std::backtrace::Backtrace::capture();
+    if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+        tracing::error!(thread, location, backtrace = %backtrace, "panicked: {msg}");
+    } else {
+        tracing::error!(thread, location, "panicked: {msg}");
+    }
+}
+
+enum RunError {
+    Config(Vec<petrel_core::ConfigError>),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for RunError {
+    fn from(e: anyhow::Error) -> Self {
+        RunError::Other(e)
+    }
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(e: std::io::Error) -> Self {
+        RunError::Other(e.into())
+    }
+}
+
+/// Longest accepted `--shutdown-timeout`: larger values would overflow the
+/// clock's deadline arithmetic and mean "wait forever" in practice anyway.
+const MAX_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// What the main thread waits for.
+enum Control {
+    Stop(i32),
+    Reload(&'static str),
+}
+
+fn run(a: RunArgs) -> Result<(), RunError> {
+    let pipelines = config::load(&a.config).map_err(RunError::Config)?;
+    // Checked before anything is bound or created, so that a second agent
+    // or an unwritable directory fails with nothing half started.
+    let _lock = data_dir::lock(&a.data_dir)?;
+    raise_fd_limit();
+    let threads = a
+        .threads
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+        .max(1);
+    let shutdown_timeout = Duration::from_secs(a.shutdown_timeout).min(MAX_SHUTDOWN_TIMEOUT);
+    let opts = topology::RunOptions {
+        data_dir: a.data_dir,
+        threads,
+        memory_limit: a.memory_limit as usize,
+        shutdown_timeout,
+        checkpoint_ttl: a.checkpoint_ttl,
+    };
+    // Sinks only do I/O and hand writes to the blocking pool; one runtime
+    // thread serves every sink and the API.
+    // Blocking writes are short; a small cap keeps the thread count fixed
+    // even with a thousand file sinks, while one stalled destination still
+    // leaves the others room.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(8)
+        .thread_name("petrel-sink")
+        .enable_all()
+        .build()?;
+    let listener = std::net::TcpListener::bind(&a.api_addr)
+        .map_err(|e| anyhow::anyhow!("cannot bind --api-addr {}: {e}", a.api_addr))?;
+    let addr = listener.local_addr()?;
+    let metrics = petrel_core::Metrics::new();
+    metrics
+        .health
+        .set_unhealthy_after(Duration::from_secs(a.unhealthy_after));
+    let budget = petrel_core::MemoryBudget::new(opts.memory_limit);
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Control>();
+    let (api_reload_tx, api_reload_rx) = crossbeam_channel::unbounded::<api::ReloadRequest>();
+    forward_signals(ctl_tx.clone())?;
+    if !a.no_watch_config {
+        let tx = ctl_tx.clone();
+        let watching = crate::config_watch::watch(&a.config, move || {
+            tx.send(Control::Reload("configuration changed")).is_ok()
+        });
+        if let Err(e) = watching {
+            tracing::warn!(error = %e, "cannot watch the configuration for changes; reload with SIGHUP or POST /reload");
+        }
+    }
+    runtime.spawn(api::serve(
+        listener,
+        metrics.clone(),
+        budget.clone(),
+        api_reload_tx,
+    ));
+    tracing::info!("API listening on http://{addr}");
+    let mut topo = topology::Topology::start(&pipelines, &opts, metrics.clone(), budget, runtime)?;
+    metrics
+        .health
+        .set_phase(petrel_core::health::Phase::Running);
+    tracing::info!(
+        pipelines = pipelines.len(),
+        threads,
+        memory_limit = opts.memory_limit,
+        "petrel started"
+    );
+    // The same patience as for a failing sink: a batch takes milliseconds,
+    // so a worker busy for that long is stuck, and an operator who wants
+    // quicker probes lowers both together.
+    let stuck_after = Duration::from_secs(a.unhealthy_after.max(1));
+    let mut failure = None;
+    loop {
+        crossbeam_channel::select! {
+            recv(ctl_rx) -> msg => match msg {
+                Ok(Control::Stop(sig)) => {
+                    tracing::info!(signal = sig, "stopping: draining in-flight data");
+                    break;
+                }
+                Ok(Control::Reload(why)) => {
+                    let _ = reload(&a.config, &mut topo, &metrics, why);
+                }
+                Err(_) => break,
+            },
+            recv(api_reload_rx) -> req => {
+                if let Ok(answer) = req {
+                    let _ = answer.send(reload(&a.config, &mut topo, &metrics, "POST /reload"));
+                }
+            },
+            default(Duration::from_secs(1)) => {}
+        }
+        if topo.finished() {
+            tracing::info!("every source has ended and its data was delivered; stopping");
+            break;
+        }
+        report_stuck_workers(&topo, &metrics.health, stuck_after);
+        let dead = topo.dead_threads();
+        if !dead.is_empty() {
+            for t in &dead {
+                metrics.health.stuck(&format!("thread/{t}"), "thread died");
+            }
+            tracing::error!(threads = ?dead, "an internal thread died; stopping with an error");
+            failure = Some(anyhow::anyhow!(
+                "internal thread(s) died: {}",
+                dead.join(", ")
+            ));
+            break;
+        }
+    }
+    // Not ready while draining, so that a Service stops sending to the
+    // network sources; still live, so that the drain is not cut short.
+    metrics
+        .health
+        .set_phase(petrel_core::health::Phase::Stopping);
+    let deadline = Instant::now() + opts.shutdown_timeout;
+    if let Err(e) = topo.shutdown(deadline) {
+        failure.get_or_insert(e);
+    }
+    match failure {
+        Some(e) => Err(RunError::Other(e)),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Raises `thread/NAME` as stuck in `health` for each processing worker
+/// busy with one batch for `stuck_after` or more, and clears it for the
+/// others (a worker that returns is live again).
+fn report_stuck_workers(
+    topo: &topology::Topology,
+    health: &petrel_core::health::Health,
+    stuck_after: Duration,
+) {
+    for (name, busy) in topo.busy_threads() {
+        let key = format!("thread/{name}");
+        if busy >= stuck_after {
+            health.stuck(
+                &key,
+                format!(
+                    "busy with one batch for {}s: a processor does not return",
+                    busy.as_secs()
+                ),
+            );
+        } else {
+            health.recovered(&key);
+        }
+    }
+}
+
+/// Loads the configuration again and applies it. An invalid one changes
+/// nothing: the running pipelines stay and the errors are logged.
+fn reload(
+    path: &std::path::Path,
+    topo: &mut topology::Topology,
+    metrics: &petrel_core::Metrics,
+    why: &str,
+) -> Result<String, String> {
+    let count = |result: &str| {
+        metrics
+            .config_reloads
+            .get_or_create(&vec![("result".to_string(), result.to_string())])
+            .inc();
+    };
+    tracing::info!(trigger = why, "reloading the configuration");
+    let pipelines = match config::load(path) {
+        Ok(p) => p,
+        Err(errs) => {
+            let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+            for e in &text {
+                tracing::error!("reload refused, the running configuration stays: {e}");
+            }
+            count("failed");
+            return Err(text.join("\n"));
+        }
+    };
+    match topo.apply(pipelines) {
+        Ok(done) => {
+            let summary = format!(
+                "added {:?}, changed {:?}, removed {:?}, unchanged {}",
+                done.added, done.changed, done.removed, done.unchanged
+            );
+            if done.added.is_empty() && done.changed.is_empty() && done.removed.is_empty() {
+                count("unchanged");
+            } else {
+                count("applied");
+            }
+            tracing::info!("configuration reloaded: {summary}");
+            Ok(summary)
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "reload failed");
+            count("failed");
+            Err(format!("{e:#}"))
+        }
+    }
+}
+
+/// Turns SIGINT/SIGTERM into a stop and SIGHUP into a reload (logrotate's
+/// `postrotate kill -HUP` habit must not kill the agent).
+fn forward_signals(tx: crossbeam_channel::Sender<Control>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("petrel-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                let msg = if sig == SIGHUP {
+                    Control::Reload("SIGHUP")
+                } else {
+                    Control::Stop(sig)
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Tailing many files needs many descriptors; the soft limit is often 1024
+/// while the hard limit allows far more.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Runs the agent with `a` until it is stopped; the exit code is 2 for an
+/// invalid configuration and 1 for any other failure.
+pub fn main(a: RunArgs) -> ExitCode {
+    init_logging(a.log_level.as_deref(), a.log_format);
+    let format = a.log_format;
+    match run(a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Config(errs)) => {
+            for e in errs {
+                // A JSON log stream must stay parseable line by line.
+                match format {
+                    LogFormat::Text => eprintln!("{e}"),
+                    LogFormat::Json => tracing::error!("{e}"),
+                }
+            }
+            ExitCode::from(2)
+        }
+        Err(RunError::Other(e)) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

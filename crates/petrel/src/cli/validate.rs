@@ -1,0 +1,24 @@
+//! `petrel validate`: loads the configuration exactly as `petrel run`
+//! would, and reports every problem as one `FILE:LINE:COL: problem` line.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::config;
+
+/// Checks the pipelines under `config`: exit 0 when they load, 2 (with
+/// the problems on stdout) when they do not.
+pub fn main(config: &Path) -> ExitCode {
+    match config::load(config) {
+        Ok(p) => {
+            println!("{}: {} pipeline(s) valid", config.display(), p.len());
+            ExitCode::SUCCESS
+        }
+        Err(errs) => {
+            for e in errs {
+                println!("{e}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

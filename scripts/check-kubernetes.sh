@@ -25,7 +25,15 @@
 #     and ConfigMap (helm-same.py), consistency.py holds for the renders,
 #     every scripts/check-kubernetes/helm/invalid/*.yaml values file is
 #     rejected for its `# expect:` reason, and the agent accepts the
-#     rendered args and pipelines (`petrel validate`).
+#     rendered args and pipelines (`petrel validate`);
+#   - the chart's mode aggregator: `helm lint --strict` and `helm template`
+#     with --set mode=aggregator (a StatefulSet) and with
+#     scripts/check-kubernetes/helm/values-aggregator.yaml (a Deployment,
+#     every optional part on, the pipelines of deploy/aggregator/),
+#     kubeconform -strict on both, scripts/check-kubernetes/aggregator.py
+#     (non-root, no capability, no host path, data on an emptyDir, probes,
+#     grace period, headless Service, PodDisruptionBudget), and the agent
+#     accepts their args and pipelines (`petrel validate`).
 # kubeconform, kustomize and helm are built with `go install` from the Go
 # module proxy, the OpenAPI spec comes from the same proxy (`go mod download`);
 # all cached in .cache/kubernetes/ (git-ignored), so a rerun takes seconds.
@@ -170,10 +178,17 @@ step "helm lint deploy/helm/petrel (and --strict)"
 export HELM_CACHE_HOME=$work/helm-home/cache HELM_CONFIG_HOME=$work/helm-home/config \
     HELM_DATA_HOME=$work/helm-home/data KUBECONFIG=/dev/null
 hvalues=$here/helm/values-full.yaml
+avalues=$here/helm/values-aggregator.yaml
+# The aggregator pipelines of deploy/aggregator/ that the aggregator render
+# carries (to-archive.yaml writes to a volume the chart does not have).
+aexamples=(--set-file "aggregator.config.to-opensearch\.yaml=$root/deploy/aggregator/to-opensearch.yaml"
+    --set-file "aggregator.config.mirror-exactly-once\.yaml=$root/deploy/aggregator/mirror-exactly-once.yaml")
 "$helm" lint "$chart" || fail "helm lint"
 "$helm" lint --strict "$chart" || fail "helm lint --strict"
 "$helm" lint --strict "$chart" --set containerFiles.enabled=true || fail "helm lint --strict, containerFiles.enabled=true"
 "$helm" lint --strict "$chart" -f "$hvalues" || fail "helm lint --strict -f ${hvalues#"$root"/}"
+"$helm" lint --strict "$chart" --set mode=aggregator || fail "helm lint --strict, mode=aggregator"
+"$helm" lint --strict "$chart" -f "$avalues" "${aexamples[@]}" || fail "helm lint --strict -f ${avalues#"$root"/}"
 
 step "helm template: default values, containerFiles.enabled=true, ${hvalues#"$root"/}; kubeconform -strict"
 render() { # $1 = output name, then helm flags
@@ -186,7 +201,10 @@ render() { # $1 = output name, then helm flags
 render default
 render container-files --set containerFiles.enabled=true
 render full -f "$hvalues"
-validate "$work"/helm-{default,container-files,full}.yaml || fail "kubeconform rejected what the chart renders (above)"
+render aggregator --set mode=aggregator
+render aggregator-full -f "$avalues" "${aexamples[@]}"
+validate "$work"/helm-{default,container-files,full,aggregator,aggregator-full}.yaml ||
+    fail "kubeconform rejected what the chart renders (above)"
 
 step "the chart's defaults render deploy/kubernetes; container_files adds hostPID and SYS_PTRACE only"
 "$PY" "$here/helm-same.py" "$work/built.yaml" "$work/helm-default.yaml" ||
@@ -213,6 +231,24 @@ step "consistency of the chart's renders (default values, ${hvalues#"$root"/})"
 for r in default full; do
     mkdir "$work/helm-$r"
     "$PY" "$here/consistency.py" "$work/helm-$r.yaml" "$work/helm-$r" || fail "consistency of the chart's $r render"
+done
+
+step "the chart's mode aggregator: non-root, no capability, no host path, data on an emptyDir, Services, PodDisruptionBudget"
+mkdir "$work/helm-aggregator" "$work/helm-aggregator-full"
+"$PY" "$here/aggregator.py" "$work/helm-aggregator.yaml" "$work/helm-aggregator" StatefulSet 30 ||
+    fail "mode aggregator, default values (above)"
+"$PY" "$here/aggregator.py" "$work/helm-aggregator-full.yaml" "$work/helm-aggregator-full" Deployment 20 ||
+    fail "mode aggregator, ${avalues#"$root"/} (above)"
+# The pipelines rendered are the ones given: the chart's example in the
+# first, exactly the two files of deploy/aggregator/ in the second.
+keys() { find "$1" -maxdepth 1 -name '*.yaml' -printf '%f\n' | sort | paste -sd' '; }
+[[ $(keys "$work/helm-aggregator/pipelines") == kafka-to-http.yaml ]] ||
+    fail "mode aggregator renders $(keys "$work/helm-aggregator/pipelines"), not the example kafka-to-http.yaml"
+[[ $(keys "$work/helm-aggregator-full/pipelines") == "mirror-exactly-once.yaml to-opensearch.yaml" ]] ||
+    fail "${avalues#"$root"/} renders $(keys "$work/helm-aggregator-full/pipelines"), not the two files of deploy/aggregator/"
+for f in to-opensearch mirror-exactly-once; do
+    cmp -s "$work/helm-aggregator-full/pipelines/$f.yaml" "$root/deploy/aggregator/$f.yaml" ||
+        fail "the rendered $f.yaml differs from deploy/aggregator/$f.yaml"
 done
 
 step "negative checks: the chart rejects each invalid values file, for its reason"
@@ -307,6 +343,55 @@ if grep -q "another owner" "$sc/data/out.log" || ! grep -q "1.log.*Permission de
 fi
 echo "read root's 0640 log in 0710 directories, checkpointed on a read-only root, exit 0; another owner's 0600 log refused"
 
+step "the aggregator's securityContext, emulated: its non-root uid, no capability, read-only root, data on an emptyDir"
+# Mode aggregator as aggregator.py checked it renders: the uid of the
+# StatefulSet, no capability, no_new_privs, / read-only, the data dir a
+# world-writable directory as an emptyDir is. The rendered kafka pipeline,
+# its brokers and collector moved to a closed local port: the agent must
+# start, answer /health/live, take its data dir's lock and exit 0 on SIGTERM.
+agg_uid=$("$PY" -c '
+import sys, yaml
+(w,) = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "StatefulSet"]
+print(w["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsUser"])
+' "$work/helm-aggregator.yaml")
+[[ $agg_uid =~ ^[1-9][0-9]*$ ]] || fail "the aggregator's runAsUser is '$agg_uid'"
+asc=$work/asc
+mkdir -p "$asc/data" "$asc/pipelines"
+chmod 755 "$work"
+chmod 755 "$asc" "$asc/pipelines"
+chmod 777 "$asc/data"
+sed -e 's|brokers: .*|brokers: ["127.0.0.1:1"]|' -e 's|url: .*|url: "http://127.0.0.1:1/ingest"|' \
+    "$work/helm-aggregator/pipelines/kafka-to-http.yaml" >"$asc/pipelines/kafka-to-http.yaml"
+grep -q '127.0.0.1:1"]' "$asc/pipelines/kafka-to-http.yaml" || fail "the aggregator's pipeline was not made local"
+# The binary where uid $agg_uid may run it.
+install -m 755 "$petrel" "$asc/petrel"
+# shellcheck disable=SC2016 # $1..$4 are the inner shell's arguments
+unshare --mount --propagation private sh -c '
+    mount --bind "$1" "$1" && mount -o remount,bind,ro / || exit 97
+    exec setpriv --reuid="$4" --regid="$4" --clear-groups --inh-caps=-all --bounding-set=-all \
+        --no-new-privs -- "$2" run --config "$3" --data-dir "$1" --api-addr 127.0.0.1:0 --no-watch-config \
+        --shutdown-timeout 5
+' sh "$asc/data" "$asc/petrel" "$asc/pipelines/" "$agg_uid" 2>"$asc/agent.log" &
+agent=$!
+live=""
+for ((i = 0; i < 100; i++)); do
+    addr=$(sed -n 's|.*API listening on http://\([0-9.:]*\).*|\1|p' "$asc/agent.log" | head -1)
+    if [[ -n $addr ]]; then
+        live=$("$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).status)' \
+            "http://$addr/health/live" 2>/dev/null) && [[ $live == 200 ]] && break
+    fi
+    kill -0 "$agent" 2>/dev/null || break
+    sleep 0.1
+done
+kill -TERM "$agent" 2>/dev/null || true
+rc=0
+wait "$agent" || rc=$?
+if [[ $live != 200 || $rc -ne 0 || $(stat -c %u "$asc/data/petrel.lock" 2>/dev/null) != "$agg_uid" ]]; then
+    cat "$asc/agent.log"
+    fail "as uid $agg_uid with no capability on a read-only root, the aggregator did not answer /health/live (${live:-no answer}), lock its data dir and exit 0 (rc $rc)"
+fi
+echo "uid $agg_uid, no capability, read-only root: the kafka pipeline started, /health/live 200, data dir locked, exit 0"
+
 step "petrel validate: the ConfigMap's pipelines"
 # The ConfigMap as the kubelet mounts it (symlinks through ..data).
 "$petrel" validate --config "$work/pipelines/" ||
@@ -326,7 +411,7 @@ grep -qF 'max_merged_line_byte`' <<<"$out" || {
 echo "misspelled key rejected: $out"
 
 step "the chart's renders: the agent takes their args, petrel validate their pipelines"
-for r in default full; do
+for r in default full aggregator aggregator-full; do
     mapfile -t args <"$work/helm-$r/args"
     "$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the args the chart renders ($r): ${args[*]}"
     echo "$r: args accepted: ${args[*]}"
@@ -334,7 +419,7 @@ for r in default full; do
     mapfile -t secret_env < <("$PY" -c '
 import sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):
-    if d and d["kind"] == "DaemonSet":
+    if d and d["kind"] in ("DaemonSet", "StatefulSet", "Deployment"):
         for e in d["spec"]["template"]["spec"]["containers"][0].get("env", []):
             if "secretKeyRef" in e.get("valueFrom", {}):
                 print(e["name"] + "=from-a-secret")

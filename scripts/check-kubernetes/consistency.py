@@ -153,7 +153,7 @@ def problems(docs):
 
 
 def write_out(docs, out_dir):
-    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (ds,) = [d for d in docs if d["kind"] in ("DaemonSet", "StatefulSet", "Deployment")]
     (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "petrel"]
     with open(os.path.join(out_dir, "args"), "w", encoding="utf-8") as f:
         f.write("".join(a + "\n" for a in c["args"]))

@@ -19,10 +19,84 @@
 {{- define "petrel.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "petrel.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: agent
+app.kubernetes.io/component: {{ include "petrel.component" . }}
 {{- end -}}
 
-{{/* Labels of every object; the DaemonSet adds app.kubernetes.io/component. */}}
+{{/* agent (mode node: the DaemonSet) or aggregator. */}}
+{{- define "petrel.component" -}}
+{{- if eq .Values.mode "aggregator" -}}aggregator{{- else -}}agent{{- end -}}
+{{- end -}}
+
+{{/* --data-dir: the host's directory (node), an emptyDir (aggregator: the
+kafka source keeps no local state, its offsets are committed in Kafka). */}}
+{{- define "petrel.dataDir" -}}
+{{- if eq .Values.mode "aggregator" -}}/var/lib/petrel{{- else -}}{{ .Values.hostPaths.data }}{{- end -}}
+{{- end -}}
+
+{{/* The agent's container but its name, securityContext and volumeMounts:
+the same image, args, env, port, resources and probes in both modes. */}}
+{{- define "petrel.container" -}}
+image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args:
+  - run
+  - --config=/etc/petrel/pipelines/
+  - --data-dir={{ include "petrel.dataDir" . }}
+  - --api-addr=0.0.0.0:{{ .Values.apiPort }}
+  - --log-format={{ .Values.logFormat }}
+  - --threads={{ .Values.threads }}
+  - --memory-limit={{ .Values.memoryLimit }}
+  - --shutdown-timeout={{ .Values.shutdownTimeout }}
+  {{- range .Values.extraArgs }}
+  - {{ . | quote }}
+  {{- end }}
+env:
+  # The node name in every event (the source reads $NODE_NAME).
+  - name: NODE_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: spec.nodeName
+  {{- range .Values.secrets }}
+  - name: {{ .name }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ .secretName }}
+        key: {{ .key }}
+        {{- if hasKey . "optional" }}
+        optional: {{ .optional }}
+        {{- end }}
+  {{- end }}
+  {{- with .Values.env }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+ports:
+  - name: api
+    containerPort: {{ .Values.apiPort }}
+    protocol: TCP
+{{- with .Values.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+# Ready: the pipelines run and every sink delivers.
+readinessProbe:
+  httpGet:
+    path: /health/ready
+    port: api
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+# Live: no internal thread dead or stuck (a down collector does
+# not fail it: a restart would not bring it back).
+livenessProbe:
+  httpGet:
+    path: /health/live
+    port: api
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+{{- end -}}
+
+{{/* Labels of every object; the workloads add app.kubernetes.io/component. */}}
 {{- define "petrel.labels" -}}
 app.kubernetes.io/name: {{ include "petrel.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

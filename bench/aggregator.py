@@ -201,6 +201,7 @@ def run_petrel(work, bs, kind, i):
 
 
 def main():
+    global RECORDS
     if not shutil.which("kcat"):
         sys.exit("aggregator.py: kcat is missing (apt-get install kcat)")
     if not os.path.exists(BIN):
@@ -219,7 +220,6 @@ def main():
         load.wait_sent(lines)
         load.stop()
         os.unlink(data)
-        global RECORDS
         RECORDS = lines
         rows = {k: [] for k in ("kcat", "file", "kafka", "kafka-eos")}
         for i in range(RUNS):

@@ -19,9 +19,18 @@ Examples:
   petrel gen --format single128 --size 1GiB --output /tmp/single128.log
   petrel gen --format nginx283 --rate 10MB --duration 60 --output /tmp/access.log --rotate-bytes 100MB";
 
+/// `petrel --version`: the crate version and the git revision built
+/// (crates/petrel/build.rs), so a binary or an image names its commit.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PETREL_REVISION"),
+    ")"
+);
+
 /// Petrel: a log collection agent.
 #[derive(Parser, Debug)]
-#[command(name = "petrel", version, about, after_help = EXAMPLES)]
+#[command(name = "petrel", version = VERSION, about, after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

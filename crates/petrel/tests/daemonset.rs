@@ -688,10 +688,15 @@ fn numbered(prefix: &str, n: u32, usleep: u32, file: Option<&str>) -> String {
     )
 }
 
+/// How long before a kill -9 a delivered line may still be sent again:
+/// the README's bound is what was delivered after the last checkpoint
+/// write (written every second); 2 s of slack for a loaded machine.
+const RESEND_WINDOW: Duration = Duration::from_secs(3);
+
 /// Kills the agent while `prefix` lines are being written, starts its
 /// next container a second later, and checks that every line arrives;
-/// duplicates only of lines first delivered shortly before the kill (the
-/// checkpoint is written every second), each at most twice.
+/// duplicates only of lines first delivered within [`RESEND_WINDOW`]
+/// before the kill, each at most twice.
 fn kill_while_writing(
     agent: &mut AgentPod<'_>,
     lab: &Lab,
@@ -700,14 +705,24 @@ fn kill_while_writing(
     prefix: &str,
     n: u32,
 ) {
-    wait_for(LONG, &format!("some {prefix} lines delivered"), || {
-        let got = tally(seen, prefix).len();
-        if got >= 200 {
-            Ok(())
-        } else {
-            Err(format!("{got}"))
-        }
-    });
+    // Killed once lines older than the window were delivered, so that the
+    // bound below excludes some (it would check nothing otherwise).
+    wait_for(
+        LONG,
+        &format!("{prefix} lines delivered for a while"),
+        || {
+            let t = tally(seen, prefix);
+            let oldest = t.values().map(|v| v.1).min();
+            match oldest {
+                Some(o)
+                    if t.len() >= 200 && o.elapsed() > RESEND_WINDOW + Duration::from_secs(1) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{} so far", t.len())),
+            }
+        },
+    );
     agent.kill();
     let killed_at = Instant::now();
     let at_kill = tally(seen, prefix).len();
@@ -729,18 +744,21 @@ fn kill_while_writing(
         .filter(|(_, (c, _))| *c > 1)
         .map(|(i, (c, _))| (*i, *c))
         .collect();
+    let before_window = t
+        .values()
+        .filter(|v| v.1 + RESEND_WINDOW < killed_at)
+        .count();
+    assert!(before_window > 0, "nothing delivered before the window");
     eprintln!(
-        "{prefix}: {n} lines, {at_kill} delivered before the kill -9, {} delivered twice",
+        "{prefix}: {n} lines, {at_kill} delivered before the kill -9 ({before_window} of them \
+         more than {RESEND_WINDOW:?} before it), {} delivered twice",
         dups.len()
     );
     for (i, c) in &dups {
         assert_eq!(*c, 2, "{prefix}-{i} delivered {c} times");
         let first = t[i].1;
-        // At-least-once bound (README): what was delivered after the last
-        // checkpoint write, one second before the kill; with 2 s of slack
-        // for a loaded machine.
         assert!(
-            first + Duration::from_secs(3) >= killed_at,
+            first + RESEND_WINDOW >= killed_at,
             "{prefix}-{i} first delivered {:?} before the kill, yet sent again",
             killed_at.saturating_duration_since(first)
         );

@@ -177,8 +177,7 @@ validate "$work/overlay-container-files.yaml" || fail "kubeconform rejected what
 # hostPID and SYS_PTRACE added, one pipeline added, nothing else changed
 # (consistency.py refuses any added capability, so it is not run on it);
 # the pipelines are written out for `petrel validate` below.
-mkdir "$work/overlay-pipelines"
-"$PY" - "$work/built.yaml" "$work/overlay-container-files.yaml" "$work/overlay-pipelines" <<'PYEOF' ||
+cat >"$work/overlay-check.py" <<'PYEOF'
 import os, sys, yaml
 def objs(p):
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(p)) if d}
@@ -203,7 +202,22 @@ if base != over:
     sys.exit("the overlay changes more than hostPID, SYS_PTRACE and the added pipeline")
 print("overlay: hostPID: true, SYS_PTRACE added, pipeline container-files.yaml added, nothing else changed")
 PYEOF
+mkdir "$work/overlay-pipelines" "$work/overlay-neg"
+"$PY" "$work/overlay-check.py" "$work/built.yaml" "$work/overlay-container-files.yaml" "$work/overlay-pipelines" ||
     fail "${overlay#"$root"/}"
+# The check can fail: an overlay without SYS_PTRACE, and one changing an
+# argument besides, must be refused for their reasons.
+overlay_neg() { # $1 = sed expression, $2 = expected message
+    sed "$1" "$work/overlay-container-files.yaml" >"$work/overlay-neg.yaml"
+    ! cmp -s "$work/overlay-container-files.yaml" "$work/overlay-neg.yaml" || fail "sed '$1' changed nothing"
+    if out=$("$PY" "$work/overlay-check.py" "$work/built.yaml" "$work/overlay-neg.yaml" "$work/overlay-neg" 2>&1); then
+        fail "the overlay check accepted an overlay edited with sed '$1'"
+    fi
+    grep -qF -- "$2" <<<"$out" || fail "the overlay edited with sed '$1' was refused, but not with '$2': $out"
+    echo "refused as expected: sed '$1': $2"
+}
+overlay_neg '/- SYS_PTRACE/d' "lacks hostPID: true, capabilities.add [SYS_PTRACE]"
+overlay_neg 's/--threads=2/--threads=3/' "changes more than hostPID"
 
 step "helm lint deploy/helm/petrel (and --strict)"
 # helm reads no kubeconfig and no repositories: a private, empty home.

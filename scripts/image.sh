@@ -107,6 +107,9 @@ fi
 if [ "$(id -u)" = 0 ]; then
   in_image=$(chroot "$r" /usr/bin/petrel --version) || die "petrel does not run inside the image's root"
   [ "$in_image" = "$ver_line" ] || die "inside the image: '$in_image', outside: '$ver_line'"
+  # And as the image's non-root user (the files it needs are world-readable).
+  chroot --userspec=65532:65532 "$r" /usr/bin/petrel --version >/dev/null ||
+    die "petrel does not run as uid 65532 inside the image's root"
 else
   echo "image.sh: not root, the image's root was not tried with chroot" >&2
 fi
@@ -133,6 +136,8 @@ oci_archive "$work/oci" "$r" "$version" "$OUT" \
 
 size=$(stat -c %s "$OUT")
 if [ "$size" -gt "$MAX_BYTES" ]; then
+  # Removed, so that nothing imports an image that broke the limit.
+  rm -f "$OUT"
   die "$OUT is $size bytes, over the $MAX_BYTES-byte limit"
 fi
 echo "image.sh: $OUT ($size bytes): petrel $version ($revision), tag $version" >&2

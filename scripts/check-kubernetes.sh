@@ -5,7 +5,9 @@
 #     Kubernetes OpenAPI spec itself (api/openapi-spec/swagger.json of the
 #     k8s.io/kubernetes module at each version in K8S_VERSIONS, converted by
 #     scripts/check-kubernetes/openapi2jsonschema.py), on every manifest and
-#     on what `kustomize build` makes of them;
+#     on what `kustomize build` makes of them, and of the overlay
+#     deploy/kubernetes-overlays/container-files (which must add hostPID, SYS_PTRACE and its
+#     pipeline and change nothing else; `petrel validate` takes its pipelines);
 #   - negative checks: every scripts/check-kubernetes/invalid/*.yaml must be
 #     rejected, with the message its `# expect:` line names;
 #   - scripts/check-kubernetes/consistency.py: mounts, args, probes and the
@@ -172,6 +174,58 @@ done
 
 step "consistency: mounts, args, probes, host paths of the pipelines, no RBAC, what the schema cannot see"
 "$PY" "$here/consistency.py" "$work/built.yaml" "$work"
+
+step "overlay deploy/kubernetes-overlays/container-files: kustomize build, kubeconform -strict, what it changes"
+# (Beside the base, not inside it: kustomize refuses an overlay nested in
+# the directory of its base.)
+overlay=$root/deploy/kubernetes-overlays/container-files
+"$kustomize" build "$overlay" >"$work/overlay-container-files.yaml" || fail "kustomize build ${overlay#"$root"/}"
+echo "$(grep -c '^kind:' "$work/overlay-container-files.yaml") objects"
+validate "$work/overlay-container-files.yaml" || fail "kubeconform rejected what ${overlay#"$root"/} builds (above)"
+# hostPID and SYS_PTRACE added, one pipeline added, nothing else changed
+# (consistency.py refuses any added capability, so it is not run on it);
+# the pipelines are written out for `petrel validate` below.
+cat >"$work/overlay-check.py" <<'PYEOF'
+import os, sys, yaml
+def objs(p):
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(p)) if d}
+base, over = objs(sys.argv[1]), objs(sys.argv[2])
+if base.keys() != over.keys():
+    sys.exit(f"objects differ: {sorted(base)} vs {sorted(over)}")
+ds = over[("DaemonSet", "petrel")]
+spec = ds["spec"]["template"]["spec"]
+caps = spec["containers"][0]["securityContext"]["capabilities"]
+if spec.pop("hostPID", None) is not True or caps.pop("add", None) != ["SYS_PTRACE"] or caps.get("drop") != ["ALL"]:
+    sys.exit("the overlay's DaemonSet lacks hostPID: true, capabilities.add [SYS_PTRACE] or drop [ALL]")
+cm = over[("ConfigMap", "petrel-pipelines")]
+data = dict(cm["data"])
+text = data.pop("container-files.yaml", "")
+if "type: container_files" not in text:
+    sys.exit("the overlay's ConfigMap has no container-files.yaml pipeline with a container_files source")
+for k, text_k in cm["data"].items():
+    with open(os.path.join(sys.argv[3], k), "w", encoding="utf-8") as f:
+        f.write(text_k)
+cm["data"] = data
+if base != over:
+    sys.exit("the overlay changes more than hostPID, SYS_PTRACE and the added pipeline")
+print("overlay: hostPID: true, SYS_PTRACE added, pipeline container-files.yaml added, nothing else changed")
+PYEOF
+mkdir "$work/overlay-pipelines" "$work/overlay-neg"
+"$PY" "$work/overlay-check.py" "$work/built.yaml" "$work/overlay-container-files.yaml" "$work/overlay-pipelines" ||
+    fail "${overlay#"$root"/}"
+# The check can fail: an overlay without SYS_PTRACE, and one changing an
+# argument besides, must be refused for their reasons.
+overlay_neg() { # $1 = sed expression, $2 = expected message
+    sed "$1" "$work/overlay-container-files.yaml" >"$work/overlay-neg.yaml"
+    ! cmp -s "$work/overlay-container-files.yaml" "$work/overlay-neg.yaml" || fail "sed '$1' changed nothing"
+    if out=$("$PY" "$work/overlay-check.py" "$work/built.yaml" "$work/overlay-neg.yaml" "$work/overlay-neg" 2>&1); then
+        fail "the overlay check accepted an overlay edited with sed '$1'"
+    fi
+    grep -qF -- "$2" <<<"$out" || fail "the overlay edited with sed '$1' was refused, but not with '$2': $out"
+    echo "refused as expected: sed '$1': $2"
+}
+overlay_neg '/- SYS_PTRACE/d' "lacks hostPID: true, capabilities.add [SYS_PTRACE]"
+overlay_neg 's/--threads=2/--threads=3/' "changes more than hostPID"
 
 step "helm lint deploy/helm/petrel (and --strict)"
 # helm reads no kubeconfig and no repositories: a private, empty home.
@@ -409,6 +463,11 @@ grep -qF 'max_merged_line_byte`' <<<"$out" || {
     fail "petrel validate rejected the misspelled key, but without naming it"
 }
 echo "misspelled key rejected: $out"
+
+step "petrel validate: the pipelines of deploy/kubernetes-overlays/container-files"
+"$petrel" validate --config "$work/overlay-pipelines/" ||
+    fail "petrel validate rejects the pipelines of deploy/kubernetes-overlays/container-files (above)"
+echo "overlay pipelines valid: $(cd "$work/overlay-pipelines" && echo *)"
 
 step "the chart's renders: the agent takes their args, petrel validate their pipelines"
 for r in default full aggregator aggregator-full; do

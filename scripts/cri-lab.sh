@@ -77,21 +77,13 @@ apt_install() {
   return 0
 }
 
-# build_image NAME ROOTFS_DIR TAR [umoci config args...]
+# shellcheck source=lib/oci.sh
+. "$REPO/scripts/lib/oci.sh"
+
+# build_image NAME ROOTFS_DIR TAR [umoci config args...]: tagged 1, scratch space under $C/image
 build_image() {
   local name=$1 rootfs=$2 tar=$3; shift 3
-  local w=$C/image/work-$name
-  rm -rf "$w"; mkdir -p "$w"
-  umoci init --layout "$w/oci"
-  umoci new --image "$w/oci:1"
-  umoci unpack --image "$w/oci:1" "$w/bundle" >/dev/null
-  cp -a "$rootfs/." "$w/bundle/rootfs/"
-  umoci repack --image "$w/oci:1" "$w/bundle"
-  umoci config --image "$w/oci:1" "$@"
-  umoci gc --layout "$w/oci"
-  tar -C "$w/oci" -cf "$tar.tmp" oci-layout index.json blobs
-  mv "$tar.tmp" "$tar"
-  rm -rf "$w"
+  oci_archive "$C/image/work-$name" "$rootfs" 1 "$tar" "$@"
 }
 
 build_images() {

@@ -35,6 +35,56 @@ pub enum ContainerState {
     Unknown,
 }
 
+/// A host directory or file mounted into a container (a `hostPath` volume
+/// and its `volumeMount`, as kubelet hands them to the runtime).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The path on the host.
+    pub host_path: PathBuf,
+    /// Where it appears in the container.
+    pub container_path: String,
+    /// Mounted read-only.
+    pub readonly: bool,
+}
+
+/// Pod-level settings of [`Lab::run_pod_sandbox_with`] beyond the defaults
+/// (host network, the container's own PID namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodOptions {
+    /// `hostPID: true`: the pod's containers see the node's processes.
+    pub host_pid: bool,
+}
+
+/// A container as a pod spec describes it, in CRI terms: what
+/// [`Lab::run_container`] creates and starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// An image imported into the `k8s.io` namespace (`localhost/x:1`).
+    pub image: String,
+    /// The entrypoint (`command:`); empty: the image's.
+    pub command: Vec<String>,
+    /// Its arguments (`args:`); empty: the image's `Cmd` when `command` is empty too.
+    pub args: Vec<String>,
+    /// Environment variables, in order.
+    pub env: Vec<(String, String)>,
+    /// Host paths mounted into the container.
+    pub mounts: Vec<Mount>,
+    /// `readOnlyRootFilesystem: true`.
+    pub readonly_rootfs: bool,
+    /// `capabilities.add` (`SYS_PTRACE`, without `CAP_`).
+    pub add_capabilities: Vec<String>,
+    /// `capabilities.drop` (`ALL` drops every one).
+    pub drop_capabilities: Vec<String>,
+    /// `runAsUser`; `None`: the image's user.
+    pub run_as_user: Option<i64>,
+    /// `runAsGroup`; `None`: the image's group.
+    pub run_as_group: Option<i64>,
+    /// `allowPrivilegeEscalation: false`.
+    pub no_new_privs: bool,
+    /// `seccompProfile: {type: RuntimeDefault}`: the runtime's default filter.
+    pub seccomp_runtime_default: bool,
+}
+
 /// A blocking CRI client for tests.
 pub struct Lab {
     rt: tokio::runtime::Runtime,
@@ -106,6 +156,29 @@ impl Lab {
         annotations: &BTreeMap<String, String>,
         log_dir: &Path,
     ) -> std::io::Result<String> {
+        self.run_pod_sandbox_with(
+            name,
+            namespace,
+            uid,
+            labels,
+            annotations,
+            log_dir,
+            &PodOptions::default(),
+        )
+    }
+
+    /// [`Lab::run_pod_sandbox`] with pod-level options (`hostPID`).
+    #[allow(clippy::too_many_arguments)] // kubelet's sandbox config, field by field
+    pub fn run_pod_sandbox_with(
+        &self,
+        name: &str,
+        namespace: &str,
+        uid: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        log_dir: &Path,
+        options: &PodOptions,
+    ) -> std::io::Result<String> {
         let mut labels = labels.clone();
         labels.insert("io.kubernetes.pod.name".into(), name.into());
         labels.insert("io.kubernetes.pod.namespace".into(), namespace.into());
@@ -130,12 +203,7 @@ impl Lab {
             linux: Some(api::LinuxPodSandboxConfig {
                 cgroup_parent: self.cgroup_parent.clone(),
                 security_context: Some(api::LinuxSandboxSecurityContext {
-                    namespace_options: Some(api::NamespaceOption {
-                        network: api::NamespaceMode::Node as i32,
-                        pid: api::NamespaceMode::Container as i32,
-                        ipc: api::NamespaceMode::Pod as i32,
-                        ..Default::default()
-                    }),
+                    namespace_options: Some(pod_namespaces(options)),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -162,6 +230,26 @@ impl Lab {
         name: &str,
         image: &str,
         command: &[&str],
+        log_path: &str,
+        attempt: u32,
+    ) -> std::io::Result<String> {
+        let spec = ContainerSpec {
+            image: image.into(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        self.run_container(pod_id, name, &spec, log_path, attempt)
+    }
+
+    /// Creates and starts a container described by `spec` in a pod made by
+    /// [`Lab::run_pod_sandbox`] or [`Lab::run_pod_sandbox_with`] (it shares
+    /// the pod's PID namespace mode, as kubelet does); `log_path` is relative
+    /// to the pod's log directory. Returns the container ID.
+    pub fn run_container(
+        &self,
+        pod_id: &str,
+        name: &str,
+        spec: &ContainerSpec,
         log_path: &str,
         attempt: u32,
     ) -> std::io::Result<String> {
@@ -192,20 +280,64 @@ impl Lab {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        // The container joins the pod's namespaces as the sandbox set them.
+        let namespaces = sandbox
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone());
         let config = api::ContainerConfig {
             metadata: Some(api::ContainerMetadata {
                 name: name.into(),
                 attempt,
             }),
             image: Some(api::ImageSpec {
-                image: image.into(),
+                image: spec.image.clone(),
                 ..Default::default()
             }),
-            command: command.iter().map(|s| s.to_string()).collect(),
+            command: spec.command.clone(),
+            args: spec.args.clone(),
+            envs: spec
+                .env
+                .iter()
+                .map(|(k, v)| api::KeyValue {
+                    key: k.clone(),
+                    value: v.clone().into_bytes(),
+                })
+                .collect(),
+            mounts: spec
+                .mounts
+                .iter()
+                .map(|m| api::Mount {
+                    container_path: m.container_path.clone(),
+                    host_path: m.host_path.to_string_lossy().into_owned(),
+                    readonly: m.readonly,
+                    ..Default::default()
+                })
+                .collect(),
             log_path: log_path.into(),
             labels,
             annotations,
-            linux: Some(api::LinuxContainerConfig::default()),
+            linux: Some(api::LinuxContainerConfig {
+                security_context: Some(api::LinuxContainerSecurityContext {
+                    capabilities: Some(api::Capability {
+                        add_capabilities: spec.add_capabilities.clone(),
+                        drop_capabilities: spec.drop_capabilities.clone(),
+                        ..Default::default()
+                    }),
+                    namespace_options: namespaces,
+                    run_as_user: spec.run_as_user.map(|value| api::Int64Value { value }),
+                    run_as_group: spec.run_as_group.map(|value| api::Int64Value { value }),
+                    readonly_rootfs: spec.readonly_rootfs,
+                    no_new_privs: spec.no_new_privs,
+                    seccomp: spec.seccomp_runtime_default.then(|| api::SecurityProfile {
+                        profile_type: api::security_profile::ProfileType::RuntimeDefault as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let req = api::CreateContainerRequest {
@@ -225,6 +357,25 @@ impl Lab {
             c.start_container(req).await
         })?;
         Ok(id)
+    }
+
+    /// The PID of a running container's first process, as the host sees it
+    /// (from the runtime's verbose status), to signal it or read its `/proc`.
+    pub fn container_pid(&self, id: &str) -> std::io::Result<u32> {
+        let req = api::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        };
+        let r = self.call("ContainerStatus", |mut c| async move {
+            c.container_status(req).await
+        })?;
+        r.info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|v| v.get("pid")?.as_u64())
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p > 0)
+            .ok_or_else(|| std::io::Error::other(format!("no pid for container {id}")))
     }
 
     /// The container's state.
@@ -287,6 +438,21 @@ impl Lab {
                 .await
         })?;
         Ok(r.items.into_iter().map(|p| p.id).collect())
+    }
+}
+
+/// kubelet's namespace choice: the node's network (no CNI in the lab), the
+/// pod's IPC, the node's or the container's own PIDs.
+fn pod_namespaces(options: &PodOptions) -> api::NamespaceOption {
+    api::NamespaceOption {
+        network: api::NamespaceMode::Node as i32,
+        pid: if options.host_pid {
+            api::NamespaceMode::Node
+        } else {
+            api::NamespaceMode::Container
+        } as i32,
+        ipc: api::NamespaceMode::Pod as i32,
+        ..Default::default()
     }
 }
 
@@ -387,6 +553,22 @@ impl Containerd {
             &self.cgroup_parent(),
             Duration::from_secs(60),
         )
+    }
+
+    /// Runs `ctr` against this containerd in the `k8s.io` namespace (the
+    /// CRI plugin's), e.g. `images import` of an OCI archive; returns its
+    /// trimmed stdout, or an error with its stderr.
+    pub fn ctr(&self, args: &[&str]) -> std::io::Result<String> {
+        let mut all = vec!["ctr"];
+        all.extend_from_slice(args);
+        let out = self.script(&all)?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "ctr {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
     /// containerd's PID (to freeze it with SIGSTOP, say).

@@ -39,9 +39,18 @@ is in /usr/share/doc/petrel/reference/ (docs/src/reference/ in the \
 source), examples in /usr/share/doc/petrel/examples/. Every subcommand \
 lists its options with --help.";
 
+/// `petrel --version`: the crate version and the git revision built
+/// (crates/petrel/build.rs), so a binary or an image names its commit.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PETREL_REVISION"),
+    ")"
+);
+
 /// Petrel: a log collection agent.
 #[derive(Parser, Debug)]
-#[command(name = "petrel", version, about, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+#[command(name = "petrel", version = VERSION, about, long_about = LONG_ABOUT, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -83,7 +83,9 @@ const MAN_SECTIONS: &str = include_str!("man.roff");
 /// synopsis, description, options, subcommands, examples), then
 /// [`MAN_SECTIONS`].
 pub fn man(cmd: &clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let page = clap_mangen::Man::new(cmd.clone());
+    // The crate version only: `--version` also names the git revision,
+    // which would make the committed page differ after every commit.
+    let page = clap_mangen::Man::new(cmd.clone().version(env!("CARGO_PKG_VERSION")));
     page.render_title(out)?;
     page.render_name_section(out)?;
     page.render_synopsis_section(out)?;

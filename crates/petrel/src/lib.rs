@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod config_watch;
 pub mod data_dir;
+pub mod host;
 pub mod paths;
 pub mod processors;
 pub mod registry;

@@ -688,3 +688,97 @@ fn the_aggregator_examples_validate() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("3 pipeline(s) valid"), "{out}{err}");
 }
+
+#[test]
+fn routed_records_a_stalled_sink_holds_only_its_own_and_the_commit_waits_for_it() {
+    let _serial = serial();
+    const N: usize = 30_000;
+    let broker = Broker::start();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "routed", 3);
+    let p = producer(&bs);
+    for i in 0..N {
+        let v = format!(
+            "level={} n={i:06}",
+            if i % 2 == 0 { "error" } else { "info" }
+        );
+        let k = format!("k{i}");
+        p.send(BaseRecord::to("routed").payload(&v).key(&k))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let stalled = Arc::new(Stalled::default());
+    let addr = serve_stalled(stalled.clone());
+    let dir = tempdir();
+    let errors = dir.path().join("errors.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "routed",
+        &format!(
+            r#"sources:
+  - type: kafka
+    brokers: ["{bs}"]
+    topics: ["routed"]
+    group_id: g-routed
+sinks:
+  - type: file
+    id: errors
+    path: "{}"
+    encoding: ndjson
+    when: {{ include: {{ message: "^level=error" }} }}
+  - type: http
+    id: infos
+    url: "http://{addr}/ingest"
+    encoding: ndjson
+    when: {{ include: {{ kafka.topic: "^routed$", message: "^level=info" }} }}
+"#,
+            errors.display()
+        ),
+    );
+    let mut agent = Agent::start(&cfg, &dir.path().join("data"));
+    // The file sink gets every error record while the http sink is held.
+    wait_lines(&errors, N / 2);
+    assert!(delivered(&errors)
+        .iter()
+        .all(|(_, _, m)| m.starts_with("level=error")));
+    wait_for(
+        Duration::from_secs(30),
+        "the http sink held by its server",
+        || {
+            if stalled.held.load(Ordering::SeqCst) > 0 {
+                Ok(())
+            } else {
+                Err("no request held yet".into())
+            }
+        },
+    );
+    // Nothing is committed past the info records not yet delivered.
+    std::thread::sleep(Duration::from_secs(2));
+    let c = committed(&bs, "g-routed", "routed", 3);
+    let e = ends(&bs, "routed", 3);
+    assert!(
+        c.iter().all(|(p, o)| *o < e[p]),
+        "committed {c:?} of {e:?} while info records were held"
+    );
+    stalled.released.store(true, Ordering::SeqCst);
+    wait_for(Duration::from_secs(60), "info records delivered", || {
+        let n: usize = stalled
+            .bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .sum();
+        if n >= N / 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} of {}", N / 2))
+        }
+    });
+    agent.stop();
+    assert_eq!(
+        committed(&bs, "g-routed", "routed", 3),
+        ends(&bs, "routed", 3)
+    );
+}

@@ -499,7 +499,7 @@ fn run_case(p: &PipelineConfig, c: &Case) -> anyhow::Result<Outcome> {
     let input_bytes = buf.len() as u64;
     let info = Arc::new(SourceInfo {
         path: c.file.as_str().into(),
-        meta: vec![(Key::Borrowed("host"), topology::hostname())].into(),
+        meta: vec![(Key::Borrowed("host"), crate::host::hostname())].into(),
         source_type: p.sources.first().map(|(_, s)| s.type_name()).unwrap_or(""),
     });
     let mut batch = EventBatch::new(Bytes::from(buf), info);

@@ -331,7 +331,7 @@ impl KafkaSink {
             let id = c.transactional_id.clone().unwrap_or_else(|| {
                 format!(
                     "petrel-{}-{pipeline}-{}",
-                    crate::topology::hostname(),
+                    crate::host::hostname(),
                     label("component_id")
                 )
             });

@@ -11,6 +11,7 @@ pub mod config;
 pub mod config_watch;
 pub mod data_dir;
 pub mod host;
+pub mod kafka_client;
 pub mod paths;
 pub mod processors;
 pub mod registry;

@@ -28,6 +28,24 @@ fn levels(n: usize) -> (String, [Vec<String>; 3]) {
     (text, by)
 }
 
+/// `n` such lines written to `dir/logs/app.log`: its path, its text, the
+/// lines by level, and a `sources:` section reading it from the start.
+fn input_of_levels(
+    dir: &std::path::Path,
+    n: usize,
+) -> (std::path::PathBuf, String, [Vec<String>; 3], String) {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let input = logs.join("app.log");
+    let (text, by) = levels(n);
+    std::fs::write(&input, &text).unwrap();
+    let source = format!(
+        "sources:\n  - type: file\n    include: [\"{}/*.log\"]\n    read_from: beginning\n",
+        logs.display()
+    );
+    (input, text, by, source)
+}
+
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -55,11 +73,7 @@ fn posted(s: &Stalled) -> Vec<String> {
 #[test]
 fn a_stalled_sink_holds_only_its_own_events_and_unmatched_catches_the_rest() {
     let dir = tempdir();
-    let logs = dir.path().join("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let input = logs.join("app.log");
-    let (text, [errors, infos, debugs]) = levels(3000);
-    std::fs::write(&input, &text).unwrap();
+    let (input, text, [errors, infos, debugs], source) = input_of_levels(dir.path(), 3000);
     let stalled = Arc::new(Stalled::default());
     let addr = serve_stalled(stalled.clone());
     let errors_out = dir.path().join("errors.out");
@@ -68,11 +82,7 @@ fn a_stalled_sink_holds_only_its_own_events_and_unmatched_catches_the_rest() {
         dir.path(),
         "route",
         &format!(
-            r#"sources:
-  - type: file
-    include: ["{}/*.log"]
-    read_from: beginning
-sinks:
+            r#"{source}sinks:
   - type: file
     id: errors
     path: "{}"
@@ -91,7 +101,6 @@ sinks:
     encoding: text
     when: unmatched
 "#,
-            logs.display(),
             errors_out.display(),
             rest_out.display()
         ),
@@ -173,22 +182,14 @@ sinks:
 #[test]
 fn events_no_sink_takes_are_counted_and_do_not_hold_the_source() {
     let dir = tempdir();
-    let logs = dir.path().join("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let input = logs.join("app.log");
-    let (text, [errors, infos, debugs]) = levels(900);
-    std::fs::write(&input, &text).unwrap();
+    let (input, text, [errors, infos, debugs], source) = input_of_levels(dir.path(), 900);
     let a = dir.path().join("a.out");
     let b = dir.path().join("b.out");
     let cfg = write_config(
         dir.path(),
         "partial",
         &format!(
-            r#"sources:
-  - type: file
-    include: ["{}/*.log"]
-    read_from: beginning
-sinks:
+            r#"{source}sinks:
   - type: file
     path: "{}"
     encoding: text
@@ -198,7 +199,6 @@ sinks:
     encoding: text
     when: {{ include: {{ message: "level=info" }}, exclude: {{ file: "nothing-matches-this" }} }}
 "#,
-            logs.display(),
             a.display(),
             b.display()
         ),

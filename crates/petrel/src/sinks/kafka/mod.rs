@@ -21,9 +21,11 @@ use petrel_core::plugin::{BoxFuture, Encoded, Payload, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 
-use self::producer::{client_config, Routes, SharedProducer};
+use self::producer::{Routes, SharedProducer};
 use super::congestion::{Backoff, Window};
 use super::template::Template;
+use crate::kafka_client::librdkafka_settings;
+pub use crate::kafka_client::valid_topic;
 
 /// Keys accepted by the Kafka sink.
 pub const KEYS: &[&str] = &[
@@ -234,24 +236,7 @@ impl KafkaSinkConfig {
             }
         }
         client.push(("linger.ms".into(), linger.to_string()));
-        if let Some(n) = map.get("librdkafka") {
-            if let Some(m) = n.as_map_quiet() {
-                for (k, v) in m.entries() {
-                    if let Some(v) = v.as_str() {
-                        client.push((k.to_string(), v.to_string()));
-                    }
-                }
-            } else {
-                n.error("`librdkafka` must be a mapping of librdkafka settings, e.g. `{ security.protocol: ssl }`");
-            }
-        }
-        // librdkafka checks its own settings; report a bad one here, at its
-        // position, rather than at start.
-        if let Err(e) = client_config(&client).create_native_config() {
-            map.node()
-                .error(format!("Kafka client settings rejected: {e}"));
-            return None;
-        }
+        librdkafka_settings(&map, &mut client, &[])?;
         let exactly_once = map.bool("exactly_once").unwrap_or(false);
         if exactly_once && acks != "all" {
             if let Some(n) = map.get("acks") {
@@ -300,19 +285,6 @@ pub struct KafkaSink {
     invalid_topic: Counter,
     /// Set with `exactly_once: true`.
     transactional: Option<Arc<transactional::Transactional>>,
-}
-
-/// Kafka's rule for topic names: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or
-/// `..`. A name rendered from event data that breaks it would be refused
-/// by the broker forever.
-pub fn valid_topic(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
 impl KafkaSink {

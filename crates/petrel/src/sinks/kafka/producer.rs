@@ -25,12 +25,14 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use petrel_core::plugin::Encoded;
 use rdkafka::bindings as rd;
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::util::IntoOpaque;
 use rdkafka::ClientContext;
 use tokio::sync::{Notify, Semaphore};
+
+pub use crate::kafka_client::client_config;
 
 /// librdkafka's "let the partitioner choose" partition.
 const PARTITION_UA: i32 = -1;
@@ -654,13 +656,4 @@ impl Drop for ClearOnDrop {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
-}
-
-/// librdkafka settings from key/value pairs.
-pub fn client_config(pairs: &[(String, String)]) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    for (k, v) in pairs {
-        c.set(k, v);
-    }
-    c
 }

@@ -82,6 +82,7 @@ use rdkafka::ClientContext;
 
 use self::link::{ConsumerLink, GroupMember};
 use self::tracker::{Tp, Tracker, TrackerAcks};
+use crate::kafka_client::{librdkafka_settings, valid_topic};
 use crate::processors::parse_json::JsonParser;
 
 /// Keys accepted by the kafka source.
@@ -214,7 +215,7 @@ impl KafkaSourceConfig {
                     ));
                     return None;
                 }
-            } else if !crate::sinks::kafka::valid_topic(t) {
+            } else if !valid_topic(t) {
                 n.error(format!(
                     "`{t}` is not a valid Kafka topic name (1 to 249 of letters, digits, `.`, `_` and `-`); start it with `^` for a regex"
                 ));
@@ -279,26 +280,14 @@ impl KafkaSourceConfig {
             // New topics matching a `^regex` are found this soon.
             ("topic.metadata.refresh.interval.ms".into(), "10000".into()),
         ];
-        if let Some(n) = map.get("librdkafka") {
-            if let Some(m) = n.as_map_quiet() {
-                for (k, v) in m.entries() {
-                    if k == "enable.auto.commit" {
-                        v.error("`enable.auto.commit` cannot be set: the source commits offsets itself, after delivery");
-                        return None;
-                    }
-                    if let Some(v) = v.as_str() {
-                        client.push((k.to_string(), v.to_string()));
-                    }
-                }
-            } else {
-                n.error("`librdkafka` must be a mapping of librdkafka settings, e.g. `{ security.protocol: ssl }`");
-            }
-        }
-        if let Err(e) = client_config(&client).create_native_config() {
-            map.node()
-                .error(format!("Kafka client settings rejected: {e}"));
-            return None;
-        }
+        librdkafka_settings(
+            &map,
+            &mut client,
+            &[(
+                "enable.auto.commit",
+                "the source commits offsets itself, after delivery",
+            )],
+        )?;
         Some(Self {
             topics,
             start,
@@ -310,11 +299,9 @@ impl KafkaSourceConfig {
     }
 }
 
+/// The consumer's settings, with librdkafka's own log at warnings and above.
 fn client_config(pairs: &[(String, String)]) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    for (k, v) in pairs {
-        c.set(k, v);
-    }
+    let mut c = crate::kafka_client::client_config(pairs);
     c.set_log_level(RDKafkaLogLevel::Warning);
     c
 }
@@ -370,6 +357,7 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             builders: HashMap::new(),
             json: self.json.then(|| JsonParser::new(None)),
             decode_failed: ctx.metrics.error_counter("decode_failed"),
+            emitted: 0,
             commit_interval: self.commit_interval,
             stop: stop.clone(),
             link,
@@ -678,6 +666,11 @@ struct Builder {
 
 /// Largest batch taken from one partition.
 const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Batches of at most [`WARM_UP_BYTES`] a source emits first.
+const WARM_UP_BATCHES: u64 = 8;
+/// The size of the first batches, while the pipeline learns how much
+/// memory a byte read needs.
+const WARM_UP_BYTES: usize = 32 << 10;
 /// A partition's records wait at most this long for more to join them.
 const LINGER: Duration = Duration::from_millis(50);
 
@@ -693,6 +686,8 @@ struct Reader {
     builders: HashMap<Tp, Builder>,
     json: Option<JsonParser>,
     decode_failed: Counter,
+    /// Batches emitted so far (for the warm-up size).
+    emitted: u64,
     commit_interval: Duration,
     stop: Arc<StopFlag>,
     /// Kept so the link lives as long as the source.
@@ -706,7 +701,16 @@ impl Reader {
         let mut idle = false;
         while !self.stop.asked.load(Ordering::Acquire) {
             self.rewind();
-            let target = self.budget.largest_read().min(MAX_BATCH_BYTES);
+            // The first batches stay small: a record's event carries its
+            // kafka.* fields, so encoded output can be many times the
+            // values read, and until the pipeline has measured a batch a
+            // full-size one would overshoot the memory limit.
+            let cap = if self.emitted < WARM_UP_BATCHES {
+                WARM_UP_BYTES
+            } else {
+                MAX_BATCH_BYTES
+            };
+            let target = self.budget.largest_read().min(cap);
             let blocked = !self.flush(idle, target);
             self.set_paused(blocked);
             let timeout = if !blocked && !self.builders.is_empty() {
@@ -831,6 +835,7 @@ impl Reader {
     }
 
     fn emit(&mut self, tp: &Tp, b: Builder, charge: petrel_core::MemoryCharge) {
+        self.emitted += 1;
         let Some(seq) = self.shared.tracker.emitted(tp, b.first, b.last + 1) else {
             // Revoked meanwhile: the next owner reads these records.
             return;
@@ -883,13 +888,40 @@ impl Reader {
             .get(&tp)
             .is_some_and(|b| offset - b.first > u32::MAX as i64 || b.buf.len() >= target.max(1));
         if split {
-            let full = self.builders.remove(&tp);
-            if let Some(full) = full {
-                let need = self.budget.reservation(full.buf.len());
-                // The records are in memory already: charged even over the
-                // limit (the partition is paused right after).
-                let charge = self.budget.charge_held(need);
-                self.emit(&tp, full, charge);
+            let need = self
+                .builders
+                .get(&tp)
+                .map_or(0, |b| self.budget.reservation(b.buf.len()));
+            match self.budget.try_charge(need) {
+                Some(charge) => {
+                    if let Some(full) = self.builders.remove(&tp) {
+                        self.emit(&tp, full, charge);
+                    }
+                }
+                None => {
+                    // No room: this record is read again later rather than
+                    // held beyond the limit. The full batch stays, so the
+                    // next flush finds no room either and pauses the
+                    // partitions; seeking also drops what librdkafka had
+                    // fetched after it.
+                    match self.consumer.seek(
+                        &tp.0,
+                        tp.1,
+                        Offset::Offset(offset),
+                        Duration::from_secs(5),
+                    ) {
+                        Ok(()) => return,
+                        Err(e) => {
+                            // Cannot put it back: keep it, over the limit
+                            // by one batch, rather than lose it.
+                            tracing::warn!(source = %self.shared.key, error = %e, "kafka: seek failed");
+                            if let Some(full) = self.builders.remove(&tp) {
+                                let charge = self.budget.charge_held(need);
+                                self.emit(&tp, full, charge);
+                            }
+                        }
+                    }
+                }
             }
         }
         let b = self.builders.entry(tp).or_insert_with(|| Builder {

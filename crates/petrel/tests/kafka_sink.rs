@@ -75,7 +75,18 @@ fn million_lines_across_rotations() {
         ),
     );
     std::fs::File::create(&app).unwrap();
-    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    // The writer renames the file four times within a second or two; a
+    // file renamed out of the `include` pattern before the agent first
+    // opened it is not the agent's to read (CI once lost the race on a
+    // loaded machine), so the stream starts once the agent holds it.
+    wait_metric(
+        &agent,
+        "petrel_files_open",
+        &[("pipeline", "million")],
+        1.0,
+        false,
+    );
     let writer = {
         let app = app.clone();
         std::thread::spawn(move || {

@@ -165,6 +165,10 @@ pub fn write_event_json(
 /// copied as one block instead of line by line.
 fn encode_text_runs(batch: &EventBatch, out: &mut Vec<u8>) {
     let buf = &batch.buf[..];
+    if batch.verbatim_lines {
+        out.extend_from_slice(buf);
+        return;
+    }
     let mut run: Option<(usize, usize)> = None;
     for ev in &batch.events {
         if let Value::Span(s) = &ev.message {

@@ -228,6 +228,13 @@ pub struct EventBatch {
     /// are stable; events carry no position of their own (see
     /// [`EventBatch::event_origin`]).
     pub origin: Option<Origin>,
+    /// Set by a source when the messages are exactly the lines of `buf`:
+    /// each a [`Value::Span`], in order, with no gap, each followed by one
+    /// `\n`, and `buf` ending with that newline. The text encoding is then
+    /// `buf` itself, copied in one go instead of walked event by event. The
+    /// engine clears it before any processor runs (processors change
+    /// events in place), and batches built any other way leave it false.
+    pub verbatim_lines: bool,
 }
 
 impl EventBatch {
@@ -241,6 +248,7 @@ impl EventBatch {
             ack: None,
             charge: MemoryCharge::none(),
             origin: None,
+            verbatim_lines: false,
         }
     }
 

@@ -163,6 +163,7 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     // or an unwritable directory fails with nothing half started.
     let _lock = data_dir::lock(&a.data_dir)?;
     raise_fd_limit();
+    crate::host::tune_allocator(a.memory_limit as usize);
     let threads = a
         .threads
         .unwrap_or_else(|| {

@@ -301,6 +301,7 @@ fn run_pipeline(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
         .taps
         .offer(|| format!("{}/source", p.name), &batch);
     if !p.processors.is_empty() {
+        batch.verbatim_lines = false;
         if p.isolating() {
             run_isolated(p, &mut batch);
         } else if let Err((i, msg)) = run_chain(p, &mut batch) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Measurement helper for bench/run.sh (Python standard library only).
+"""Measurement helper for bench/run.sh and bench/compare.sh (Python standard
+library only).
 
 Subcommands:
 
@@ -9,8 +10,11 @@ Subcommands:
   rate        start `petrel run` tailing an empty file, append to it with
               `petrel gen --rate`, sample CPU and RSS every second, print one
               JSON object.
+  stats       summarise one bench/run.sh row (fastest run, medians, range).
+  compare-report
+              bench/compare.sh's markdown table from its jsonl.
 
-Both always stop the petrel they started (SIGTERM, then SIGKILL after a
+throughput and rate always stop the petrel they started (SIGTERM, then SIGKILL after a
 bounded wait) and report a non-zero exit status of petrel as an error.
 """
 
@@ -67,11 +71,13 @@ PARSE = {
 }
 
 
-def write_pipeline(path, log_file, sink, read_from, parse=None):
+def write_pipeline(path, log_file, sink, read_from, parse=None, sink_path=None):
     if sink == "blackhole":
         sink_yaml = "  - type: blackhole\n"
     elif sink in ("text", "ndjson"):
-        sink_yaml = f"  - type: file\n    path: /dev/null\n    encoding: {sink}\n"
+        # /dev/null unless a real output file is given (throughput --sink-dir).
+        sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
+                     f"    encoding: {sink}\n")
     elif sink.startswith("ndjson-file:"):
         # A real file (on tmpfs in bench/sinks.sh): the write is paid.
         sink_yaml = (f"  - type: file\n    path: {json.dumps(sink[len('ndjson-file:'):])}\n"
@@ -358,9 +364,48 @@ def cmd_throughput(a):
         read_path = os.path.join(workdir, "in.log")
         if os.path.lexists(read_path):
             os.unlink(read_path)
-    write_pipeline(cfg, read_path, a.sink, "beginning", a.parse)
     size = os.path.getsize(a.file)
+    # text/ndjson with --sink-dir: the file sink writes a real file there
+    # (tmpfs in bench/run.sh), so the write is paid as in production; it is
+    # checked after the run and always deleted (1 GiB outputs must not pile
+    # up in RAM).
+    sink_path = None
+    if a.sink_dir and a.sink in ("text", "ndjson"):
+        os.makedirs(a.sink_dir, exist_ok=True)
+        sink_path = os.path.join(os.path.abspath(a.sink_dir), f"sink-{os.getpid()}.{a.sink}")
+        if os.path.lexists(sink_path):
+            os.unlink(sink_path)
+    write_pipeline(cfg, read_path, a.sink, "beginning", a.parse, sink_path)
+    try:
+        run_throughput(a, workdir, data_dir, cfg, read_path, size, sink_path)
+    finally:
+        if sink_path and os.path.lexists(sink_path):
+            os.unlink(sink_path)
 
+
+def check_sink_output(a, sink_path, size, events):
+    """Returns (bytes, lines) of the file sink's output; fails when they are
+    not plausible, so that a sink that lost or never wrote events cannot
+    pass for a fast one."""
+    try:
+        out_bytes = os.path.getsize(sink_path)
+    except OSError:
+        fail(f"the file sink wrote no output file ({sink_path})")
+    out_lines = count_lines(sink_path)
+    if out_bytes == 0:
+        fail(f"the file sink's output {sink_path} is empty")
+    # Every acknowledged event is one line at least (ndjson escapes newlines;
+    # text keeps a multiline event's inner ones).
+    want = max(a.lines, int(events))
+    if out_lines < want:
+        fail(f"the file sink wrote {out_lines} lines, expected at least {want}")
+    # Raw lines as text are the input again, byte for byte.
+    if a.sink == "text" and not a.parse and out_bytes != size:
+        fail(f"the file sink wrote {out_bytes} bytes as text, the input has {size}")
+    return out_bytes, out_lines
+
+
+def run_throughput(a, workdir, data_dir, cfg, read_path, size, sink_path):
     children = []
     install_signal_cleanup(children)
     busy_before = wait_quiet(a.quiet_wait) if a.quiet_wait > 0 else None
@@ -434,8 +479,12 @@ def cmd_throughput(a):
     status, stop_s = p.stop()
     if status != 0:
         fail(f"petrel exited with status {status} after SIGTERM; see {p.log_path}")
+    # Checked after the stop: the agent has closed the file by then.
+    sink_bytes, sink_lines = (check_sink_output(a, sink_path, size, events)
+                              if sink_path else (None, None))
     wall = done_at - p.t_start
-    emit({
+    tags = dict(t.split("=", 1) for t in a.tag)
+    emit({**tags,
         "file": a.file, "sink": a.sink, "threads": a.threads,
         "bytes": size, "lines": a.lines, "events": int(events),
         "source_bytes": int(src_bytes),
@@ -447,6 +496,8 @@ def cmd_throughput(a):
         "stop_s": stop_s, "polls": polls,
         "busy_before": busy_before, "other_cpu_s": max(other, 0.0),
         "tap": a.tap, "tap_skipped": int(tap_skipped),
+        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson") else None),
+        "sink_bytes": sink_bytes, "sink_lines": sink_lines,
     })
 
 
@@ -576,6 +627,107 @@ def cmd_rate(a):
     })
 
 
+def run_figures(r):
+    """(MB/s, CPU s per GB, peak RSS MB) of one throughput result. CPU is the
+    scheduler's time when the kernel exposes it, else utime+stime."""
+    cpu = r["cpu_exact_s"] if r.get("cpu_exact_s") is not None else r["cpu_s"]
+    return (r["bytes"] / r["wall_s"] / 1e6, cpu / (r["bytes"] / 1e9), r["hwm_kb"] / 1024)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def cmd_stats(a):
+    """One tab-separated line for bench/run.sh about the runs of one row: the
+    fastest run (file, wall s, CPU s, VmHWM kB, other procs' CPU s, parse
+    failures), then min, max and median MB/s and the medians of CPU s per GB
+    and peak RSS MB over all runs."""
+    runs = [(f, json.load(open(f))) for f in a.files]
+    fig = [run_figures(r) for _, r in runs]
+    best_f, best = min(runs, key=lambda fr: fr[1]["wall_s"])
+    cpu = best["cpu_exact_s"] if best.get("cpu_exact_s") is not None else best["cpu_s"]
+    mbs = [x[0] for x in fig]
+    print("\t".join(str(v) for v in (
+        best_f, best["wall_s"], cpu, best["hwm_kb"], best["other_cpu_s"], best["parse_failed"],
+        f"{min(mbs):.1f}", f"{max(mbs):.1f}", f"{median(mbs):.1f}",
+        f"{median([x[1] for x in fig]):.3f}", f"{median([x[2] for x in fig]):.1f}")))
+
+
+def compare_rows(jsonl):
+    """{(dataset, variant, threads): {"base"|"current": [figures...]}} in the
+    order the rows were first measured."""
+    rows = {}
+    with open(jsonl) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                key = (r["dataset"], r["variant"], r["threads"])
+                # Other processes' CPU in cores during the run: when one side's
+                # runs were crowded and the other's not, its ratio is noise.
+                other = r["other_cpu_s"] / r["wall_s"]
+                rows.setdefault(key, {"base": [], "current": []})[r["side"]].append(
+                    run_figures(r) + (other,))
+    return rows
+
+
+COMPARE_HEADER = (
+    "| data set | variant | threads | runs | MB/s base | MB/s current | MB/s ratio "
+    "| CPU s/GB base | CPU s/GB current | CPU s/GB ratio | peak RSS MB base "
+    "| peak RSS MB current | RSS ratio | other procs base | other procs current |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def compare_line(key, sides):
+    """One markdown row: median (min–max) per side and metric, and the ratio
+    current/base of the medians."""
+    def cell(xs, fmt):
+        return f"{fmt.format(median(xs))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+    cells = []
+    for i, fmt in ((0, "{:.0f}"), (1, "{:.2f}"), (2, "{:.1f}")):
+        b = [x[i] for x in sides["base"]]
+        c = [x[i] for x in sides["current"]]
+        ratio = f"{median(c) / median(b):.3f}" if b and c and median(b) else "-"
+        cells += [cell(b, fmt) if b else "-", cell(c, fmt) if c else "-", ratio]
+    for side in ("base", "current"):
+        o = [x[3] for x in sides[side]]
+        cells.append(f"{median(o):.2f}" if o else "-")
+    n = f"{len(sides['base'])}+{len(sides['current'])}"
+    return f"| {key[0]} | {key[1]} | {key[2]} | {n} | " + " | ".join(cells) + " |"
+
+
+def cmd_compare_report(a):
+    rows = compare_rows(a.jsonl)
+    if a.row:
+        # Progress output of bench/compare.sh: the header once, then one line
+        # per finished row.
+        ds, variant, thr = a.row.split(":")
+        key = (ds, variant, int(thr))
+        if a.header:
+            print(COMPARE_HEADER)
+        print(compare_line(key, rows[key]))
+        return
+    with open(a.md, "w") as out:
+        out.write(f"# Petrel: {a.current} against {a.base} ({time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())})\n\n")
+        if a.preamble:
+            with open(a.preamble) as f:
+                out.write(f.read().rstrip("\n") + "\n\n")
+        out.write(COMPARE_HEADER + "\n")
+        for key, sides in rows.items():
+            out.write(compare_line(key, sides) + "\n")
+        out.write(
+            "\nEach cell: median (min–max) over the runs of that side; base and current ran "
+            "interleaved (base, current, base, current, ...) in the same session. Ratio = "
+            "current / base of the medians: MB/s above 1 is faster, CPU s per GB and RSS "
+            "below 1 are better. MB = 10^6 bytes, GB = 10^9 bytes. CPU s = on-CPU time of "
+            "petrel's threads (se.sum_exec_runtime, else utime+stime). Other procs = median CPU "
+            "of the other processes on the machine during the runs, in cores: where the two "
+            "sides differ by more than ~0.2, that row's ratio reflects the machine, not the "
+            "code; measure it again or with more BENCH_REPEAT.\n")
+
+
 def gen_lines(log_path):
     """Lines written, from `petrel gen`'s "wrote B bytes, L lines, ..." report."""
     try:
@@ -645,6 +797,11 @@ def main():
     t.add_argument("--sink", required=True,
                    help="blackhole, text, ndjson (file sink on /dev/null), ndjson-file:PATH, "
                         "elasticsearch:URL, loki:URL, loki-json:URL, http:URL, opentelemetry:URL")
+    t.add_argument("--sink-dir", metavar="DIR",
+                   help="text/ndjson: the file sink writes DIR/sink-PID.SINK instead of "
+                        "/dev/null; the output is checked after the run and deleted")
+    t.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                   help="copied into the JSON result (e.g. dataset=single128)")
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--workdir", required=True)
     t.add_argument("--timeout", type=float, default=600)
@@ -686,6 +843,21 @@ def main():
     w.add_argument("--rate", required=True)
     w.add_argument("--duration", type=float, required=True)
     w.set_defaults(func=cmd_write_lines)
+
+    s = sub.add_parser("stats", help="summarise the runs of one bench/run.sh row")
+    s.add_argument("files", nargs="+", metavar="RESULT.json")
+    s.set_defaults(func=cmd_stats)
+
+    c = sub.add_parser("compare-report", help="bench/compare.sh's table from its jsonl")
+    c.add_argument("--jsonl", required=True, help="results tagged side=base|current, dataset, variant")
+    c.add_argument("--row", metavar="DATASET:VARIANT:THREADS",
+                   help="print this row's markdown line only (with --header, the header first)")
+    c.add_argument("--header", action="store_true")
+    c.add_argument("--md", help="write the whole table (with --base, --current, --preamble) here")
+    c.add_argument("--base", default="base")
+    c.add_argument("--current", default="current")
+    c.add_argument("--preamble", metavar="FILE", help="markdown put before the table")
+    c.set_defaults(func=cmd_compare_report)
 
     q = sub.add_parser("quiet", help="wait until the machine is idle")
     q.add_argument("--max-wait", type=float, default=300)

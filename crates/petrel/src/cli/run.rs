@@ -22,8 +22,8 @@ pub struct RunArgs {
     /// Processing threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Memory for in-flight data, e.g. 33554432 or 32MiB (the default, chosen by measurement: see BENCHMARKS.md).
-    #[arg(long, default_value = "32MiB", value_parser = parse_bytes)]
+    /// Memory for in-flight data, e.g. 16777216 or 16MiB (the default, chosen by measurement: see BENCHMARKS.md).
+    #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
     memory_limit: u64,
     /// Address of the metrics and health API; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8686")]

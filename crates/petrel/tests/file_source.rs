@@ -795,3 +795,187 @@ fn file_rotated_while_down_is_finished_on_restart() {
         "the resumed file is logged"
     );
 }
+
+/// Resident memory of `pid` in bytes (0 once it is gone).
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Writes to files no pattern selects until dropped: small appends in a
+/// tight loop, round-robin, so that no two consecutive inotify events are
+/// identical (the kernel merges those) and the queue fills as fast as the
+/// writes go.
+struct Storm {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Storm {
+    fn start(files: Vec<std::path::PathBuf>) -> Storm {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let writes = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, writes) = (stop.clone(), writes.clone());
+            std::thread::spawn(move || {
+                let mut handles: Vec<File> = files
+                    .iter()
+                    .map(|p| {
+                        OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(p)
+                            .unwrap()
+                    })
+                    .collect();
+                // Bounded even if the test forgets to stop it.
+                let deadline = Instant::now() + Duration::from_secs(300);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if n % 65_536 == 0 {
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                        // Keeps the disk use flat over a long run.
+                        for h in &handles {
+                            let _ = h.set_len(0);
+                        }
+                    }
+                    let i = (n % handles.len() as u64) as usize;
+                    let _ = handles[i].write_all(b"x\n");
+                    n += 1;
+                    writes.store(n, Ordering::Relaxed);
+                }
+            })
+        };
+        Storm {
+            stop,
+            writes,
+            thread: Some(thread),
+        }
+    }
+
+    fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Storm {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Scenario 12: Files no pattern selects, written as fast as inotify
+/// events can be read, beside the collected file (issue 22): the collected
+/// file is still read to its end, memory stays bounded, and SIGTERM stops
+/// the agent, all while the storm goes on.
+#[test]
+fn inotify_storm_beside_collected_file() {
+    const BEFORE: usize = 10_000;
+    const N: usize = 20_000;
+    /// An agent with one file pipeline lives in a few tens of MB; the
+    /// unbounded drain kept a path per event and grew by tens of MB per
+    /// second of storm.
+    const MAX_RSS: u64 = 100 * 1024 * 1024;
+
+    let dir = tempdir();
+    // Reading an event costs the old drain a copy of the directory's path
+    // and of the name (and keeps both), while writing costs the writer the
+    // same whatever their length: long ones let one writer thread outpace
+    // the reader even on a busy two-core machine.
+    let mut logs = dir.path().to_path_buf();
+    while logs.as_os_str().len() < 3000 {
+        logs.push(format!("{:_<200}", "d"));
+    }
+    std::fs::create_dir_all(&logs).unwrap();
+    let app = logs.join("app.log");
+    let text = |r: std::ops::Range<usize>| r.map(numbered).collect::<String>();
+    append(&app, text(0..BEFORE).as_bytes());
+    let storm = Storm::start(
+        (0..4)
+            .map(|i| logs.join(format!("noise-{i}-{:_<200}.txt", "")))
+            .collect(),
+    );
+    wait_for(MEDIUM, "the storm to start", || match storm.writes() {
+        w if w >= 100_000 => Ok(()),
+        w => Err(format!("{w} writes")),
+    });
+
+    let out = dir.path().join("out").join("out.log");
+    let include = format!("{}/*.log", logs.display());
+    let cfg = write_config(dir.path(), "storm", &simple_config(&include, &out, ""));
+    let mut agent = Agent::start(&cfg, &dir.path().join("data"));
+    let pid = agent.pid();
+    let mut max_rss = 0;
+    let mut check_rss = || {
+        let rss = rss_bytes(pid);
+        max_rss = max_rss.max(rss);
+        assert!(
+            rss < MAX_RSS,
+            "agent RSS {} MiB during the storm (bound {} MiB)",
+            rss >> 20,
+            MAX_RSS >> 20
+        );
+    };
+
+    // The rest is written once the agent runs, so that it has to keep
+    // reading during the storm rather than only at its first scan.
+    wait_for(LONG, "the first lines in the output", || {
+        check_rss();
+        match count_lines(&out) {
+            0 => Err("no line yet".into()),
+            _ => Ok(()),
+        }
+    });
+    let mut f = OpenOptions::new().append(true).open(&app).unwrap();
+    for chunk in (BEFORE..N).step_by(500) {
+        f.write_all(text(chunk..(chunk + 500).min(N)).as_bytes())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (seen, bad) = wait_for(LONG, "every line of app.log in the output", || {
+        check_rss();
+        let (seen, bad) = tally(&out);
+        match seen.len() {
+            N => Ok((seen, bad)),
+            n => Err(format!("{n} of {N} distinct lines")),
+        }
+    });
+    assert!(bad.is_empty(), "corrupt lines: {bad:?}");
+    // Some more seconds of storm for the memory bound to mean something.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        check_rss();
+        std::thread::sleep(POLL);
+    }
+    let before_stop = storm.writes();
+    agent.signal(libc::SIGTERM);
+    let status = agent.wait_exit(MEDIUM);
+    let during = storm.writes() - before_stop;
+    drop(storm);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM: {status}"
+    );
+    assert!(during > 0, "the storm went on until the agent exited");
+    eprintln!(
+        "inotify storm: {N} lines delivered, max RSS {} MiB, {during} storm writes during shutdown",
+        max_rss >> 20
+    );
+    assert!((0..N).all(|n| seen.contains_key(&n)));
+}

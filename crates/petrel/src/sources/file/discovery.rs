@@ -7,6 +7,7 @@
 //! miss (queue overflow, watch limits, network file systems).
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use globset::{GlobSet, GlobSetBuilder};
@@ -65,6 +66,58 @@ pub struct Discovery {
     pub degraded: bool,
     /// Directories whose last listing failed (reported once each).
     failed_dirs: HashSet<PathBuf>,
+    /// The last component of every include glob; `None` when some glob
+    /// can match any name (`**` in its last component, or a `/` inside a
+    /// `{}` or `[]` group, which splitting at the last `/` would cut).
+    names: Option<GlobSet>,
+    /// Names that files matching `names` were renamed to (rotation:
+    /// `app.log` → `app.log.1`): the reader follows the file there, and
+    /// writes to it must still reach the reader without waiting for the
+    /// periodic refresh. Keyed by name alone, so that a lookup does not
+    /// allocate; a name shared by two directories only costs the slow
+    /// path for the other one.
+    rotated_names: HashSet<OsString>,
+}
+
+/// Most names kept in [`Discovery::rotated_names`]: the set is cleared
+/// when full, which only delays (to the next refresh) the reading of
+/// writes to files renamed away long ago.
+const MAX_ROTATED_NAMES: usize = 1024;
+
+/// The glob matching the last path component of `pattern`, or `None`
+/// when that component cannot be told apart from the rest or can match
+/// any name.
+fn name_glob(pattern: &str) -> Option<globset::Glob> {
+    let mut split = None;
+    let (mut braces, mut in_class, mut escaped) = (0usize, false, false);
+    for (i, c) in pattern.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '{' if !in_class => braces += 1,
+            '}' if !in_class => braces = braces.saturating_sub(1),
+            '/' if in_class || braces > 0 => return None,
+            '/' => split = Some(i),
+            _ => {}
+        }
+    }
+    let last = &pattern[split? + 1..];
+    if last.is_empty() || last.contains("**") {
+        return None;
+    }
+    compile_glob(last).ok()
+}
+
+/// True when a file called `name` may match an include glob whose last
+/// components are `names` (a test on the name alone, before any path is
+/// built).
+fn name_may_match(names: Option<&GlobSet>, name: &OsStr) -> bool {
+    names.is_none_or(|n| n.is_match(name))
 }
 
 impl Discovery {
@@ -89,9 +142,17 @@ impl Discovery {
             excludes.push(ex.build()?);
         }
         let mut inc = GlobSetBuilder::new();
+        let mut names = Some(GlobSetBuilder::new());
         let mut include_owners = Vec::with_capacity(order.len());
         for p in &order {
             inc.add(compile_glob(p)?);
+            names = match (names, name_glob(p)) {
+                (Some(mut b), Some(g)) => {
+                    b.add(g);
+                    Some(b)
+                }
+                _ => None,
+            };
             include_owners.push(owners.remove(p).unwrap_or_default());
             roots.push(walk_root(p));
         }
@@ -111,6 +172,8 @@ impl Discovery {
             degraded: false,
             failed_dirs: HashSet::new(),
             moves: HashMap::new(),
+            names: names.and_then(|b| b.build().ok()),
+            rotated_names: HashSet::new(),
         })
     }
 
@@ -330,14 +393,16 @@ impl Discovery {
         }
     }
 
-    /// Drains pending inotify events without blocking.
+    /// Reads pending inotify events without blocking, at most a bounded
+    /// amount per call.
     pub fn changes(&mut self) -> Changes {
         let mut ch = Changes::default();
         let Some(ino) = self.inotify.as_mut() else {
             return ch;
         };
         // A directory whose files change as fast as events are read (a
-        // busy log next to ours) must not keep the caller here: at most
+        // busy log next to ours) must not keep the caller here, away from
+        // its stop flag and from the files it reads: at most
         // this many buffers per call, the rest stays queued in the kernel
         // (which reports an overflow, and so a rescan, if it fills).
         const MAX_READS: usize = 16;
@@ -364,17 +429,31 @@ impl Discovery {
                     self.watches.remove(&ev.wd);
                     continue;
                 }
+                let structural = M::CREATE | M::MOVED_TO | M::MOVED_FROM | M::DELETE | M::ATTRIB;
+                // A busy file no pattern selects, beside one that is
+                // collected, sends a write event per line: those are dropped
+                // on their name alone, before any path is built. Directory
+                // events and renames and deletions are kept: recursive
+                // patterns and the following of rotated files need them.
+                if let Some(name) = ev.name {
+                    if !ev.mask.intersects(structural | M::ISDIR)
+                        && !name_may_match(self.names.as_ref(), name)
+                        && !self.rotated_names.contains(name)
+                    {
+                        continue;
+                    }
+                }
                 let Some(dir) = self.watches.get(&ev.wd) else {
                     continue;
                 };
-                if ev
-                    .mask
-                    .intersects(M::CREATE | M::MOVED_TO | M::MOVED_FROM | M::DELETE | M::ATTRIB)
-                {
+                if ev.mask.intersects(structural) {
                     ch.rescan = true;
                 }
                 if let Some(name) = ev.name {
                     let path = dir.join(name);
+                    if ev.mask.intersects(M::MOVED_FROM | M::DELETE) {
+                        self.rotated_names.remove(name);
+                    }
                     if ev.mask.contains(M::MOVED_FROM) {
                         // Bounded: cookies whose MOVED_TO never comes (moved
                         // out of the watched tree) are dropped wholesale.
@@ -384,6 +463,17 @@ impl Discovery {
                         self.moves.insert(ev.cookie, path.clone());
                     } else if ev.mask.contains(M::MOVED_TO) {
                         if let Some(old) = self.moves.remove(&ev.cookie) {
+                            let followed = !ev.mask.contains(M::ISDIR)
+                                && !name_may_match(self.names.as_ref(), name)
+                                && old
+                                    .file_name()
+                                    .is_some_and(|o| name_may_match(self.names.as_ref(), o));
+                            if followed {
+                                if self.rotated_names.len() >= MAX_ROTATED_NAMES {
+                                    self.rotated_names.clear();
+                                }
+                                self.rotated_names.insert(name.to_os_string());
+                            }
                             ch.renamed.push((old, path.clone()));
                         }
                     }
@@ -421,6 +511,19 @@ mod tests {
         );
         assert_eq!(walk_root("/var/log/*/x.log"), ("/var/log".into(), Some(2)));
         assert_eq!(walk_root("/var/log/app.log"), ("/var/log".into(), Some(1)));
+    }
+
+    #[test]
+    fn name_globs_are_the_last_component() {
+        let m = |p: &str, name: &str| name_glob(p).map(|g| g.compile_matcher().is_match(name));
+        assert_eq!(m("/var/log/*.log", "app.log"), Some(true));
+        assert_eq!(m("/var/log/*.log", "app.log.1"), Some(false));
+        assert_eq!(m("/var/*/app-{a,b}.log", "app-b.log"), Some(true));
+        assert_eq!(m("/var/log/app.log", "noise.txt"), Some(false));
+        // Any name may match: no filter.
+        assert_eq!(m("/var/log/**", "x"), None);
+        assert_eq!(m("/var/{log/a,b}.log", "a.log"), None);
+        assert_eq!(m("/var/log/[/]x", "x"), None);
     }
 
     #[test]
@@ -465,6 +568,44 @@ mod tests {
         };
         assert_eq!(names(&found[0]), vec!["a.log", "x/y/b.log"]);
         assert_eq!(names(&found[1]), vec!["a.log", "x/y/b.gz", "x/y/b.log"]);
+    }
+
+    #[test]
+    fn writes_are_reported_for_matching_and_rotated_names_only() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("app.log"), "").unwrap();
+        std::fs::write(d.join("noise.txt"), "").unwrap();
+        let mut disc = Discovery::new(&[Patterns {
+            include: vec![format!("{}/*.log", d.display())],
+            exclude: vec![],
+        }])
+        .unwrap();
+        disc.scan();
+        disc.changes();
+        let mut app = std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.join("app.log"))
+            .unwrap();
+        let mut noise = std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.join("noise.txt"))
+            .unwrap();
+        app.write_all(b"1\n").unwrap();
+        noise.write_all(b"1\n").unwrap();
+        assert_eq!(disc.changes().modified, vec![d.join("app.log")]);
+        // Rotated: the logger still writes through its open handle.
+        std::fs::rename(d.join("app.log"), d.join("app.log.1")).unwrap();
+        let ch = disc.changes();
+        assert_eq!(ch.renamed, vec![(d.join("app.log"), d.join("app.log.1"))]);
+        app.write_all(b"2\n").unwrap();
+        noise.write_all(b"2\n").unwrap();
+        assert_eq!(disc.changes().modified, vec![d.join("app.log.1")]);
+        // Gone: its name is forgotten.
+        std::fs::remove_file(d.join("app.log.1")).unwrap();
+        assert!(disc.changes().rescan);
+        assert!(disc.rotated_names.is_empty());
     }
 
     #[test]

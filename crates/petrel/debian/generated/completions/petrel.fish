@@ -38,7 +38,7 @@ complete -c petrel -n "__fish_petrel_needs_command" -f -a "help" -d 'Print this 
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files (one pipeline each, named by file stem)' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l data-dir -d 'Where checkpoints are kept' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l threads -d 'Processing threads (default: number of cores)' -r
-complete -c petrel -n "__fish_petrel_using_subcommand run" -l memory-limit -d 'Memory for in-flight data, e.g. 33554432 or 32MiB (the default, chosen by measurement: see BENCHMARKS.md)' -r
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l memory-limit -d 'Memory for in-flight data, e.g. 16777216 or 16MiB (the default, chosen by measurement: see BENCHMARKS.md)' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-addr -d 'Address of the metrics and health API; port 0 picks a free port' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l log-level -d 'Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l log-format -d 'Format of the agent\'s own log lines on stderr: `text` for people, `json` (one object per line) for log pipelines such as Kubernetes\'' -r -f -a "text\t'One human-readable line per record'

@@ -293,8 +293,10 @@ fn a_damaged_spool_record_loses_only_itself_and_its_segment_is_quarantined() {
         for chunk in input.as_bytes().chunks(4096) {
             stdin.write_all(chunk).unwrap();
             stdin.flush().unwrap();
-            // One read per write, so records stay small.
-            std::thread::sleep(Duration::from_micros(300));
+            // One read per write, so records stay small: `petrel pipe`
+            // waits 1 ms after a short read to gather more, so the writes
+            // are spaced well beyond that.
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
     assert!(wait_child(&mut child, "petrel pipe").success());

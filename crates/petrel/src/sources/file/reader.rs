@@ -797,7 +797,7 @@ impl FileReader {
         let verbatim = all_lines && s == len;
         self.in_long_line = continues_long_line;
         if !events.is_empty() {
-            self.bytes_per_event = (len / events.len()).clamp(MIN_BYTES_PER_EVENT, len.max(1));
+            self.bytes_per_event = (len / events.len()).max(MIN_BYTES_PER_EVENT);
         }
         self.emit_events(ctx, buf, start_offset, len, charge, events, split, verbatim);
     }

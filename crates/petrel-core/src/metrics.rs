@@ -4,7 +4,8 @@
 //! bump atomics per batch on the hot path; label lookups happen only on cold
 //! paths (a new discard reason, a new file).
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -91,6 +92,79 @@ pub struct DeliveryMetrics {
     pub window: Gauge,
     /// Seconds from hand-over to the sink until acknowledged delivery.
     pub latency: Histogram,
+}
+
+/// A counter registered in its family at its first increment.
+///
+/// Sources and sinks take one per error type or discard reason at start;
+/// registering them all up front cost hundreds of bytes each (a family
+/// entry with its own copy of the labels) and filled `/metrics` with
+/// zero-valued series for every component, most of which never count
+/// anything (issue 22). After the first increment the series is the same
+/// as one from [`ComponentMetrics::error`], and is never removed.
+#[derive(Clone, Debug, Default)]
+pub struct LazyCounter(Arc<LazyInner>);
+
+#[derive(Debug, Default)]
+struct LazyInner {
+    /// Detached (registered nowhere) for [`LazyCounter::default`].
+    family: Family<Labels, Counter>,
+    labels: Labels,
+    key: &'static str,
+    value: Cow<'static, str>,
+    counter: OnceLock<Counter>,
+}
+
+impl LazyCounter {
+    fn new(
+        family: Family<Labels, Counter>,
+        labels: Labels,
+        key: &'static str,
+        value: Cow<'static, str>,
+    ) -> Self {
+        Self(Arc::new(LazyInner {
+            family,
+            labels,
+            key,
+            value,
+            counter: OnceLock::new(),
+        }))
+    }
+
+    fn full_labels(&self) -> Labels {
+        let mut l = self.0.labels.clone();
+        l.push((self.0.key.into(), self.0.value.to_string()));
+        l
+    }
+
+    /// The registered counter, registering it on the first call.
+    fn counter(&self) -> &Counter {
+        self.0
+            .counter
+            .get_or_init(|| self.0.family.get_or_create(&self.full_labels()).clone())
+    }
+
+    /// Adds one; returns the previous value.
+    pub fn inc(&self) -> u64 {
+        self.counter().inc()
+    }
+
+    /// Adds `n`; returns the previous value.
+    pub fn inc_by(&self, n: u64) -> u64 {
+        self.counter().inc_by(n)
+    }
+
+    /// The current value: 0 until the series exists (incremented through
+    /// this handle or any other with the same labels).
+    pub fn get(&self) -> u64 {
+        if let Some(c) = self.0.counter.get() {
+            return c.get();
+        }
+        self.0
+            .family
+            .get(&self.full_labels())
+            .map_or(0, |c| c.get())
+    }
 }
 
 /// Counters of one component (source, processor or sink) in one pipeline.
@@ -371,18 +445,34 @@ impl ComponentMetrics {
         self.metrics.discarded.get_or_create(&l).inc_by(n);
     }
 
-    /// A counter for `reason`, to keep on a hot path.
-    pub fn discarded_counter(&self, reason: &str) -> Counter {
+    /// Events discarded so far for `reason` (0 if none), without creating
+    /// the series.
+    pub fn discarded_count(&self, reason: &str) -> u64 {
         let mut l = self.labels.clone();
         l.push(("reason".into(), reason.into()));
-        self.metrics.discarded.get_or_create(&l).clone()
+        self.metrics.discarded.get(&l).map_or(0, |c| c.get())
     }
 
-    /// A counter for `error_type`, to keep on a hot path.
-    pub fn error_counter(&self, error_type: &str) -> Counter {
-        let mut l = self.labels.clone();
-        l.push(("error_type".into(), error_type.into()));
-        self.metrics.errors.get_or_create(&l).clone()
+    /// A counter for `reason`, to keep on a hot path; its series appears
+    /// at the first increment.
+    pub fn discarded_counter(&self, reason: impl Into<Cow<'static, str>>) -> LazyCounter {
+        LazyCounter::new(
+            self.metrics.discarded.clone(),
+            self.labels.clone(),
+            "reason",
+            reason.into(),
+        )
+    }
+
+    /// A counter for `error_type`, to keep on a hot path; its series
+    /// appears at the first increment.
+    pub fn error_counter(&self, error_type: impl Into<Cow<'static, str>>) -> LazyCounter {
+        LazyCounter::new(
+            self.metrics.errors.clone(),
+            self.labels.clone(),
+            "error_type",
+            error_type.into(),
+        )
     }
 
     /// The open-connections gauge of this (receiving) source.
@@ -546,5 +636,49 @@ mod tests {
         assert!(text.contains("reason=\"split_line\"} 2"), "{text}");
         assert!(text.contains("process_resident_memory_bytes "), "{text}");
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn error_and_discard_series_appear_at_first_increment() {
+        let m = Metrics::new();
+        let a = m.component("p1", "source", "in", "file");
+        let b = m.component("p2", "source", "in", "kubernetes_logs");
+        let (ea, eb) = (
+            a.error_counter("read_failed"),
+            b.error_counter("read_failed"),
+        );
+        let filtered = a.discarded_counter("filtered");
+        let text = m.render();
+        assert!(!text.contains("petrel_component_errors_total{"), "{text}");
+        assert!(
+            !text.contains("petrel_component_discarded_events_total{"),
+            "{text}"
+        );
+        assert_eq!(
+            (ea.get(), filtered.get(), a.discarded_count("filtered")),
+            (0, 0, 0)
+        );
+
+        ea.inc();
+        eb.inc_by(2);
+        let text = m.render();
+        assert!(text.contains(
+            "petrel_component_errors_total{pipeline=\"p1\",component_kind=\"source\",component_id=\"in\",component_type=\"file\",error_type=\"read_failed\"} 1\n"
+        ), "{text}");
+        assert!(text.contains(
+            "petrel_component_errors_total{pipeline=\"p2\",component_kind=\"source\",component_id=\"in\",component_type=\"kubernetes_logs\",error_type=\"read_failed\"} 2\n"
+        ), "{text}");
+        assert!(
+            !text.contains("petrel_component_discarded_events_total{"),
+            "{text}"
+        );
+
+        // Every handle on a series counts into the same one.
+        a.error("read_failed", 1);
+        assert_eq!(ea.get(), 2);
+        assert_eq!(a.error_counter("read_failed").get(), 2);
+        filtered.inc();
+        assert_eq!(a.discarded_count("filtered"), 1);
+        assert_eq!(m.render().matches("error_type=\"read_failed\"").count(), 2);
     }
 }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::Key;
-use prometheus_client::metrics::counter::Counter;
+use petrel_core::LazyCounter;
 
 use super::file::service::{FileSelector, Selected};
 use super::file::{FileSourceConfig, ReadFrom};
@@ -530,7 +530,7 @@ struct KubeSelector {
     node_name: Option<Arc<str>>,
     base_meta: Arc<[(Key, Arc<str>)]>,
     counters: FormatCounters,
-    metadata_missing: Counter,
+    metadata_missing: LazyCounter,
     /// Containers the runtime did not know when first seen: since when,
     /// and whether the miss was counted.
     waiting: parking_lot::Mutex<HashMap<String, (Instant, bool)>>,

@@ -806,7 +806,7 @@ impl Reader {
             self.metrics
                 .metrics()
                 .backpressure_pauses
-                .get_or_create(self.metrics.labels())
+                .get_or_create(&self.metrics.labels())
                 .inc();
         }
     }

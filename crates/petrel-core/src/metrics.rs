@@ -147,6 +147,7 @@ pub struct DeliveryMetrics {
 /// zero-valued series for every component, most of which never count
 /// anything (issue 22). After the first increment the series is the same
 /// as one from [`ComponentMetrics::error`], and is never removed.
+/// `LazyCounter::default()` counts in a family registered nowhere (tests).
 #[derive(Clone, Debug, Default)]
 pub struct LazyCounter(Arc<LazyInner>);
 

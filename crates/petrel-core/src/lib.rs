@@ -21,4 +21,4 @@ pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};
 pub use event::{Event, EventBatch, Key, Origin, SourceInfo, Span, Value};
 pub use memory::{MemoryBudget, MemoryCharge, PipelineBudget};
-pub use metrics::{ComponentMetrics, DeliveryMetrics, Metrics};
+pub use metrics::{ComponentMetrics, DeliveryMetrics, LazyCounter, Metrics};

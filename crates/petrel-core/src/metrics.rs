@@ -4,10 +4,12 @@
 //! bump atomics per batch on the hot path; label lookups happen only on cold
 //! paths (a new discard reason, a new file).
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,15 +21,59 @@ use crate::health::Health;
 /// Label pairs of a metric sample.
 pub type Labels = Vec<(String, String)>;
 
+/// The labels every series of one component carries.
+#[derive(Debug, Default, Hash, PartialEq, Eq)]
+struct ComponentId {
+    pipeline: String,
+    kind: String,
+    id: String,
+    type_: String,
+}
+
+/// Label set of a component's series: the component's labels, shared by
+/// all its series, and the pairs particular to one series (`error_type`,
+/// `reason`, `topic`...).
+///
+/// Each family entry used to hold its own copy of the four label strings,
+/// about 450 bytes, for a dozen entries per pipeline (issue 22); an entry
+/// now costs a pointer and, for most families, an empty `Vec`.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct ComponentLabels {
+    component: Arc<ComponentId>,
+    extra: Vec<(&'static str, Cow<'static, str>)>,
+}
+
+impl ComponentLabels {
+    fn with(&self, key: &'static str, value: Cow<'static, str>) -> Self {
+        let mut l = self.clone();
+        l.extra.push((key, value));
+        l
+    }
+}
+
+impl EncodeLabelSet for ComponentLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let c = &*self.component;
+        [
+            ("pipeline", c.pipeline.as_str()),
+            ("component_kind", c.kind.as_str()),
+            ("component_id", c.id.as_str()),
+            ("component_type", c.type_.as_str()),
+        ]
+        .encode(encoder)?;
+        self.extra.as_slice().encode(encoder)
+    }
+}
+
 /// All metric families of the agent.
 pub struct Metrics {
     registry: Mutex<Registry>,
-    received_events: Family<Labels, Counter>,
-    received_bytes: Family<Labels, Counter>,
-    sent_events: Family<Labels, Counter>,
-    sent_bytes: Family<Labels, Counter>,
-    errors: Family<Labels, Counter>,
-    discarded: Family<Labels, Counter>,
+    received_events: Family<ComponentLabels, Counter>,
+    received_bytes: Family<ComponentLabels, Counter>,
+    sent_events: Family<ComponentLabels, Counter>,
+    sent_bytes: Family<ComponentLabels, Counter>,
+    errors: Family<ComponentLabels, Counter>,
+    discarded: Family<ComponentLabels, Counter>,
     /// Read offset per pipeline and file.
     pub file_read_offset: Family<Labels, Gauge>,
     /// Acknowledged (committed) offset per pipeline and file.
@@ -39,9 +85,9 @@ pub struct Metrics {
     /// Files open per pipeline.
     pub files_open: Family<Labels, Gauge>,
     /// Open connections per receiving source.
-    source_connections: Family<Labels, Gauge>,
+    source_connections: Family<ComponentLabels, Gauge>,
     /// Bytes in a source's disk spool.
-    spool_bytes: Family<Labels, Gauge>,
+    spool_bytes: Family<ComponentLabels, Gauge>,
     /// Checkpoint file writes.
     pub checkpoint_writes: Counter,
     /// Checkpoint writes that failed (the previous checkpoint stays).
@@ -60,17 +106,17 @@ pub struct Metrics {
     pub memory_limit: Gauge,
     /// Times a reader paused because its memory budget was full.
     pub backpressure_pauses: Family<Labels, Counter>,
-    retried_events: Family<Labels, Counter>,
-    duplicates_skipped: Family<Labels, Counter>,
-    stream_overflow: Family<Labels, Counter>,
-    out_of_order: Family<Labels, Counter>,
-    in_flight: Family<Labels, Gauge>,
-    window: Family<Labels, Gauge>,
-    partition_lag: Family<Labels, Gauge>,
-    partition_committed: Family<Labels, Gauge>,
-    rebalances: Family<Labels, Counter>,
-    paused_partitions: Family<Labels, Gauge>,
-    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    retried_events: Family<ComponentLabels, Counter>,
+    duplicates_skipped: Family<ComponentLabels, Counter>,
+    stream_overflow: Family<ComponentLabels, Counter>,
+    out_of_order: Family<ComponentLabels, Counter>,
+    in_flight: Family<ComponentLabels, Gauge>,
+    window: Family<ComponentLabels, Gauge>,
+    partition_lag: Family<ComponentLabels, Gauge>,
+    partition_committed: Family<ComponentLabels, Gauge>,
+    rebalances: Family<ComponentLabels, Counter>,
+    paused_partitions: Family<ComponentLabels, Gauge>,
+    latency: Family<ComponentLabels, Histogram, fn() -> Histogram>,
     /// Open taps (`petrel tap`) and the events they skipped.
     pub taps: crate::tap::Taps,
 }
@@ -93,10 +139,84 @@ pub struct DeliveryMetrics {
     pub latency: Histogram,
 }
 
+/// A counter registered in its family at its first increment.
+///
+/// Sources and sinks take one per error type or discard reason at start;
+/// registering them all up front cost hundreds of bytes each (a family
+/// entry with its own copy of the labels) and filled `/metrics` with
+/// zero-valued series for every component, most of which never count
+/// anything (issue 22). After the first increment the series is the same
+/// as one from [`ComponentMetrics::error`], and is never removed.
+/// `LazyCounter::default()` counts in a family registered nowhere (tests).
+#[derive(Clone, Debug, Default)]
+pub struct LazyCounter(Arc<LazyInner>);
+
+#[derive(Debug, Default)]
+struct LazyInner {
+    /// Detached (registered nowhere) for [`LazyCounter::default`].
+    family: Family<ComponentLabels, Counter>,
+    /// Without the extra pair: that is added at registration, so that an
+    /// unused handle holds no allocation of its own.
+    labels: ComponentLabels,
+    key: &'static str,
+    value: Cow<'static, str>,
+    counter: OnceLock<Counter>,
+}
+
+impl LazyCounter {
+    fn new(
+        family: Family<ComponentLabels, Counter>,
+        labels: ComponentLabels,
+        key: &'static str,
+        value: Cow<'static, str>,
+    ) -> Self {
+        Self(Arc::new(LazyInner {
+            family,
+            labels,
+            key,
+            value,
+            counter: OnceLock::new(),
+        }))
+    }
+
+    fn full_labels(&self) -> ComponentLabels {
+        self.0.labels.with(self.0.key, self.0.value.clone())
+    }
+
+    /// The registered counter, registering it on the first call.
+    fn counter(&self) -> &Counter {
+        self.0
+            .counter
+            .get_or_init(|| self.0.family.get_or_create(&self.full_labels()).clone())
+    }
+
+    /// Adds one; returns the previous value.
+    pub fn inc(&self) -> u64 {
+        self.counter().inc()
+    }
+
+    /// Adds `n`; returns the previous value.
+    pub fn inc_by(&self, n: u64) -> u64 {
+        self.counter().inc_by(n)
+    }
+
+    /// The current value: 0 until the series exists (incremented through
+    /// this handle or any other with the same labels).
+    pub fn get(&self) -> u64 {
+        if let Some(c) = self.0.counter.get() {
+            return c.get();
+        }
+        self.0
+            .family
+            .get(&self.full_labels())
+            .map_or(0, |c| c.get())
+    }
+}
+
 /// Counters of one component (source, processor or sink) in one pipeline.
 #[derive(Clone, Debug)]
 pub struct ComponentMetrics {
-    labels: Labels,
+    labels: ComponentLabels,
     health_key: Arc<str>,
     metrics: Arc<Metrics>,
     /// Events that entered the component.
@@ -329,12 +449,15 @@ impl Metrics {
         id: &str,
         type_: &str,
     ) -> ComponentMetrics {
-        let labels: Labels = vec![
-            ("pipeline".into(), pipeline.into()),
-            ("component_kind".into(), kind.into()),
-            ("component_id".into(), id.into()),
-            ("component_type".into(), type_.into()),
-        ];
+        let labels = ComponentLabels {
+            component: Arc::new(ComponentId {
+                pipeline: pipeline.into(),
+                kind: kind.into(),
+                id: id.into(),
+                type_: type_.into(),
+            }),
+            extra: Vec::new(),
+        };
         ComponentMetrics {
             health_key: format!("{pipeline}/{kind}/{id}").into(),
             received_events: self.received_events.get_or_create(&labels).clone(),
@@ -359,30 +482,43 @@ impl Metrics {
 impl ComponentMetrics {
     /// Adds `n` to the error counter for `error_type`.
     pub fn error(&self, error_type: &str, n: u64) {
-        let mut l = self.labels.clone();
-        l.push(("error_type".into(), error_type.into()));
+        let l = self.labels.with("error_type", error_type.to_owned().into());
         self.metrics.errors.get_or_create(&l).inc_by(n);
     }
 
     /// Adds `n` to the discarded counter for `reason`.
     pub fn discarded(&self, reason: &str, n: u64) {
-        let mut l = self.labels.clone();
-        l.push(("reason".into(), reason.into()));
+        let l = self.labels.with("reason", reason.to_owned().into());
         self.metrics.discarded.get_or_create(&l).inc_by(n);
     }
 
-    /// A counter for `reason`, to keep on a hot path.
-    pub fn discarded_counter(&self, reason: &str) -> Counter {
-        let mut l = self.labels.clone();
-        l.push(("reason".into(), reason.into()));
-        self.metrics.discarded.get_or_create(&l).clone()
+    /// Events discarded so far for `reason` (0 if none), without creating
+    /// the series.
+    pub fn discarded_count(&self, reason: &str) -> u64 {
+        let l = self.labels.with("reason", reason.to_owned().into());
+        self.metrics.discarded.get(&l).map_or(0, |c| c.get())
     }
 
-    /// A counter for `error_type`, to keep on a hot path.
-    pub fn error_counter(&self, error_type: &str) -> Counter {
-        let mut l = self.labels.clone();
-        l.push(("error_type".into(), error_type.into()));
-        self.metrics.errors.get_or_create(&l).clone()
+    /// A counter for `reason`, to keep on a hot path; its series appears
+    /// at the first increment.
+    pub fn discarded_counter(&self, reason: impl Into<Cow<'static, str>>) -> LazyCounter {
+        LazyCounter::new(
+            self.metrics.discarded.clone(),
+            self.labels.clone(),
+            "reason",
+            reason.into(),
+        )
+    }
+
+    /// A counter for `error_type`, to keep on a hot path; its series
+    /// appears at the first increment.
+    pub fn error_counter(&self, error_type: impl Into<Cow<'static, str>>) -> LazyCounter {
+        LazyCounter::new(
+            self.metrics.errors.clone(),
+            self.labels.clone(),
+            "error_type",
+            error_type.into(),
+        )
     }
 
     /// The open-connections gauge of this (receiving) source.
@@ -450,17 +586,15 @@ impl ComponentMetrics {
         self.metrics.partition_committed.remove(&l);
     }
 
-    fn partition_labels(&self, topic: &str, partition: i32) -> Labels {
-        let mut l = self.labels.clone();
-        l.push(("topic".into(), topic.into()));
-        l.push(("partition".into(), partition.to_string()));
-        l
+    fn partition_labels(&self, topic: &str, partition: i32) -> ComponentLabels {
+        self.labels
+            .with("topic", topic.to_owned().into())
+            .with("partition", partition.to_string().into())
     }
 
     /// The counter of rebalances of `kind` (`assign`, `revoke`, `lost`).
     pub fn rebalances(&self, kind: &str) -> Counter {
-        let mut l = self.labels.clone();
-        l.push(("kind".into(), kind.into()));
+        let l = self.labels.with("kind", kind.to_owned().into());
         self.metrics.rebalances.get_or_create(&l).clone()
     }
 
@@ -487,9 +621,16 @@ impl ComponentMetrics {
         self.metrics.health.recovered(&self.health_key);
     }
 
-    /// The labels identifying this component.
-    pub fn labels(&self) -> &Labels {
-        &self.labels
+    /// The labels identifying this component, as pairs (built on each
+    /// call: for cold paths).
+    pub fn labels(&self) -> Labels {
+        let c = &*self.labels.component;
+        vec![
+            ("pipeline".into(), c.pipeline.clone()),
+            ("component_kind".into(), c.kind.clone()),
+            ("component_id".into(), c.id.clone()),
+            ("component_type".into(), c.type_.clone()),
+        ]
     }
 
     /// The metrics registry these handles belong to.
@@ -546,5 +687,49 @@ mod tests {
         assert!(text.contains("reason=\"split_line\"} 2"), "{text}");
         assert!(text.contains("process_resident_memory_bytes "), "{text}");
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn error_and_discard_series_appear_at_first_increment() {
+        let m = Metrics::new();
+        let a = m.component("p1", "source", "in", "file");
+        let b = m.component("p2", "source", "in", "kubernetes_logs");
+        let (ea, eb) = (
+            a.error_counter("read_failed"),
+            b.error_counter("read_failed"),
+        );
+        let filtered = a.discarded_counter("filtered");
+        let text = m.render();
+        assert!(!text.contains("petrel_component_errors_total{"), "{text}");
+        assert!(
+            !text.contains("petrel_component_discarded_events_total{"),
+            "{text}"
+        );
+        assert_eq!(
+            (ea.get(), filtered.get(), a.discarded_count("filtered")),
+            (0, 0, 0)
+        );
+
+        ea.inc();
+        eb.inc_by(2);
+        let text = m.render();
+        assert!(text.contains(
+            "petrel_component_errors_total{pipeline=\"p1\",component_kind=\"source\",component_id=\"in\",component_type=\"file\",error_type=\"read_failed\"} 1\n"
+        ), "{text}");
+        assert!(text.contains(
+            "petrel_component_errors_total{pipeline=\"p2\",component_kind=\"source\",component_id=\"in\",component_type=\"kubernetes_logs\",error_type=\"read_failed\"} 2\n"
+        ), "{text}");
+        assert!(
+            !text.contains("petrel_component_discarded_events_total{"),
+            "{text}"
+        );
+
+        // Every handle on a series counts into the same one.
+        a.error("read_failed", 1);
+        assert_eq!(ea.get(), 2);
+        assert_eq!(a.error_counter("read_failed").get(), 2);
+        filtered.inc();
+        assert_eq!(a.discarded_count("filtered"), 1);
+        assert_eq!(m.render().matches("error_type=\"read_failed\"").count(), 2);
     }
 }

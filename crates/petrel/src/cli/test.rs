@@ -558,10 +558,7 @@ fn run_case(p: &PipelineConfig, c: &Case) -> anyhow::Result<Outcome> {
         }
     }
     for (reason, want) in &c.dropped {
-        let got: u64 = run
-            .iter()
-            .map(|s| s.metrics.discarded_counter(reason).get())
-            .sum();
+        let got: u64 = run.iter().map(|s| s.metrics.discarded_count(reason)).sum();
         if got != *want {
             problems.push(format!(
                 "dropped with reason `{reason}` before {}: expected {want}, got {got}",

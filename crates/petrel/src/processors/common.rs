@@ -11,8 +11,8 @@ use std::sync::{LazyLock, Mutex};
 
 use petrel_core::config::Map;
 use petrel_core::config::{Node, YamlNode};
+use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Span, Value};
-use prometheus_client::metrics::counter::Counter;
 
 /// Keys every parser accepts besides its own.
 pub const PARSER_KEYS: &[&str] = &["type", "id", "field", "on_error", "raw_field"];
@@ -136,8 +136,8 @@ pub struct FieldParse {
     pub field: &'static str,
     who: &'static str,
     on_error: OnError,
-    failed: Counter,
-    dropped: Counter,
+    failed: LazyCounter,
+    dropped: LazyCounter,
 }
 
 impl FieldParse {

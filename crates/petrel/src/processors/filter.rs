@@ -28,8 +28,8 @@
 
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
+use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, EventBatch};
-use prometheus_client::metrics::counter::Counter;
 
 use super::condition::Condition;
 
@@ -77,7 +77,7 @@ impl Config {
 /// The running processor.
 pub struct Filter {
     condition: Condition,
-    filtered: Counter,
+    filtered: LazyCounter,
 }
 
 impl Filter {

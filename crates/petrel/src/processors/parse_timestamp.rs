@@ -61,9 +61,9 @@
 
 use petrel_core::config::Map;
 use petrel_core::plugin::Processor;
+use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
 use petrel_time::{TimeZone, TimestampFormat};
-use prometheus_client::metrics::counter::Counter;
 
 use super::common::intern_name;
 use super::common::{self, OnError};
@@ -195,8 +195,8 @@ pub struct ParseTimestamp {
     no_match: String,
     on_error: OnError,
     remove_field: bool,
-    failed: Counter,
-    dropped: Counter,
+    failed: LazyCounter,
+    dropped: LazyCounter,
 }
 
 impl ParseTimestamp {

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use petrel_core::config::Map;
 use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
+use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
@@ -447,7 +448,7 @@ pub struct LokiSink {
     /// Entries older than their stream's newest sent entry.
     out_of_order: Counter,
     /// Of those, the ones dropped (`out_of_order: drop`).
-    out_of_order_dropped: Counter,
+    out_of_order_dropped: LazyCounter,
     /// Field names the label templates read, left out of JSON lines with
     /// `remove_label_fields`.
     label_fields: Vec<String>,

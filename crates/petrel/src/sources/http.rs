@@ -33,8 +33,8 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+use petrel_core::LazyCounter;
 use petrel_core::{Event, EventBatch, Span, Value};
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{watch, Semaphore};
 
 use super::net::intake::{self, Admission, Intake};
@@ -225,11 +225,11 @@ impl HttpSourceConfig {
 #[derive(Clone)]
 struct HttpCounters {
     stream: StreamCounters,
-    unauthorized: Counter,
-    too_large: Counter,
-    bad_request: Counter,
-    full: Counter,
-    timeouts: Counter,
+    unauthorized: LazyCounter,
+    too_large: LazyCounter,
+    bad_request: LazyCounter,
+    full: LazyCounter,
+    timeouts: LazyCounter,
 }
 
 struct Shared {
@@ -657,7 +657,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// JSON frames become fields; text frames are messages.
 struct HttpDecode {
-    parse_failed: Counter,
+    parse_failed: LazyCounter,
 }
 
 impl Decode for HttpDecode {

@@ -44,8 +44,8 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+use petrel_core::LazyCounter;
 use petrel_core::{Event, EventBatch, Key, Span, Value};
-use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 use tokio::sync::watch;
 
@@ -307,7 +307,7 @@ pub fn events(req: &ExportLogsServiceRequest, out: &mut Vec<Event>) {
 
 /// Spooled frames are protobuf requests.
 struct OtlpDecode {
-    bad: Counter,
+    bad: LazyCounter,
 }
 
 impl super::net::Decode for OtlpDecode {
@@ -359,7 +359,7 @@ async fn submit(
 
 struct Grpc {
     intake: Intake,
-    full: Counter,
+    full: LazyCounter,
 }
 
 #[tonic::async_trait]
@@ -455,9 +455,9 @@ fn serve_grpc(
 struct Http {
     intake: Intake,
     max_body: usize,
-    full: Counter,
-    bad_request: Counter,
-    too_large: Counter,
+    full: LazyCounter,
+    bad_request: LazyCounter,
+    too_large: LazyCounter,
 }
 
 fn reply(status: StatusCode, json: bool, body: Vec<u8>) -> Response<Full<Bytes>> {

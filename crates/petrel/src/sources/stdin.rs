@@ -25,6 +25,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use petrel_core::config::Map;
 use petrel_core::plugin::{Emitter, Source, SourceContext, SourcePlugin};
+use petrel_core::LazyCounter;
 use petrel_core::{
     AckReceiver, BatchAck, Event, EventBatch, MemoryCharge, PipelineBudget, SourceInfo, Span,
 };
@@ -182,8 +183,8 @@ struct StdinReader {
     max_line_bytes: usize,
     sent_events: Counter,
     sent_bytes: Counter,
-    split_lines: Counter,
-    read_errors: Counter,
+    split_lines: LazyCounter,
+    read_errors: LazyCounter,
     /// Bytes after the last newline.
     carry: Vec<u8>,
     in_long_line: bool,

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
+use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Metrics, PipelineBudget};
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::SinkRoute;
@@ -100,7 +100,7 @@ pub struct PipelineRuntime {
     metrics: Arc<Metrics>,
     /// Events no sink's `when:` took (`reason="unrouted"`); `None` when
     /// every sink takes every event.
-    unrouted: Option<Counter>,
+    unrouted: Option<LazyCounter>,
 }
 
 impl PipelineRuntime {

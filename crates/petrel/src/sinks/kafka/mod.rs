@@ -18,8 +18,8 @@ use std::time::Instant;
 use petrel_core::config::Map;
 use petrel_core::encode::{encode_batch, Encoding};
 use petrel_core::plugin::{BoxFuture, Encoded, Payload, PayloadReceiver, Sink};
+use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
-use prometheus_client::metrics::counter::Counter;
 
 use self::producer::{Routes, SharedProducer};
 use super::congestion::{Backoff, Window};
@@ -281,8 +281,8 @@ pub struct KafkaSink {
     producer: Arc<SharedProducer>,
     max_in_flight: usize,
     metrics: ComponentMetrics,
-    fallback: Counter,
-    invalid_topic: Counter,
+    fallback: LazyCounter,
+    invalid_topic: LazyCounter,
     /// Set with `exactly_once: true`.
     transactional: Option<Arc<transactional::Transactional>>,
 }

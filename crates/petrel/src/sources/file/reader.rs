@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use petrel_core::plugin::Emitter;
+use petrel_core::LazyCounter;
 use petrel_core::{BatchAck, Event, EventBatch, Origin, PipelineBudget, SourceInfo, Span};
 use prometheus_client::metrics::counter::Counter;
 
@@ -49,19 +50,19 @@ pub struct ReadContext {
     /// Bytes read (lines with their newlines).
     pub sent_bytes: Counter,
     /// Lines split because they exceeded `max_line_bytes`.
-    pub split_lines: Counter,
+    pub split_lines: LazyCounter,
     /// Pauses because the memory budget was full.
     pub pauses: Counter,
     /// Read errors.
-    pub read_errors: Counter,
+    pub read_errors: LazyCounter,
     /// Files found truncated (copytruncate) and re-read from 0.
-    pub truncations: Counter,
+    pub truncations: LazyCounter,
     /// Metadata fields of every batch (`host`, ...).
     pub meta: Arc<[(petrel_core::Key, Arc<str>)]>,
     /// Joins lines into multiline events, when configured.
     pub multiline: Option<Arc<Multiline>>,
     /// Multiline events cut at `max_lines`/`max_bytes`.
-    pub multiline_cut: Counter,
+    pub multiline_cut: LazyCounter,
 }
 
 /// Why a read turn ended.
@@ -1011,13 +1012,13 @@ mod tests {
             budget,
             sent_events: Counter::default(),
             sent_bytes: Counter::default(),
-            split_lines: Counter::default(),
+            split_lines: LazyCounter::default(),
             pauses: Counter::default(),
-            read_errors: Counter::default(),
-            truncations: Counter::default(),
+            read_errors: LazyCounter::default(),
+            truncations: LazyCounter::default(),
             meta: Arc::new([]),
             multiline: None,
-            multiline_cut: Counter::default(),
+            multiline_cut: LazyCounter::default(),
         }
     }
 
@@ -1044,7 +1045,7 @@ mod tests {
 
     /// A reader of `path` decoding CRI records, with the unfinished
     /// counter.
-    fn cri_reader(path: &std::path::Path) -> (FileReader, Counter) {
+    fn cri_reader(path: &std::path::Path) -> (FileReader, LazyCounter) {
         use crate::sources::kubernetes::format::{ContainerDecoder, FormatCounters, Streams};
         let file = File::open(path).unwrap();
         let meta = file.metadata().unwrap();

@@ -64,6 +64,7 @@ use parking_lot::Mutex;
 use petrel_core::ack::{AckReceiver, BatchAck};
 use petrel_core::config::Map;
 use petrel_core::plugin::{Emitter, Source, SourceContext, SourcePlugin};
+use petrel_core::LazyCounter;
 use petrel_core::{
     ComponentMetrics, Event, EventBatch, Key, Origin, PipelineBudget, SourceInfo, Span, Value,
 };
@@ -433,7 +434,7 @@ struct Shared {
     assigned: Counter,
     revoked: Counter,
     lost: Counter,
-    errors: Counter,
+    errors: LazyCounter,
     metrics: ComponentMetrics,
     key: String,
 }
@@ -685,7 +686,7 @@ struct Reader {
     infos: HashMap<Tp, Arc<SourceInfo>>,
     builders: HashMap<Tp, Builder>,
     json: Option<JsonParser>,
-    decode_failed: Counter,
+    decode_failed: LazyCounter,
     /// Batches emitted so far (for the warm-up size).
     emitted: u64,
     commit_interval: Duration,
@@ -805,7 +806,7 @@ impl Reader {
             self.metrics
                 .metrics()
                 .backpressure_pauses
-                .get_or_create(self.metrics.labels())
+                .get_or_create(&self.metrics.labels())
                 .inc();
         }
     }

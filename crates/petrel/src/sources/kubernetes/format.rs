@@ -17,8 +17,8 @@
 //! other shape go through serde_json.
 
 use memchr::memchr;
+use petrel_core::LazyCounter;
 use petrel_time as timestamp;
-use prometheus_client::metrics::counter::Counter;
 
 use crate::sources::file::decode::{Decoded, DecodedMsg, LineDecoder, Stream};
 
@@ -35,12 +35,12 @@ pub struct Streams {
 #[derive(Debug, Clone, Default)]
 pub struct FormatCounters {
     /// Lines that are neither CRI nor Docker records (passed on as is).
-    pub invalid: Counter,
+    pub invalid: LazyCounter,
     /// Merged messages cut at `max_merged_line_bytes`.
-    pub cut: Counter,
+    pub cut: LazyCounter,
     /// Partial chains that never got their last record (the file ended,
     /// rotated or was deleted mid-message): emitted as they were.
-    pub unfinished: Counter,
+    pub unfinished: LazyCounter,
 }
 
 /// A chain of partial records being merged.

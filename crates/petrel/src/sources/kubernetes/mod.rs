@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::Key;
-use prometheus_client::metrics::counter::Counter;
+use petrel_core::LazyCounter;
 
 use super::file::service::{FileSelector, Selected};
 use super::file::{FileSourceConfig, ReadFrom};
@@ -420,24 +420,36 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
     doc: DOC,
     keys: KEYS,
     key_docs: KEY_DOCS,
-    parse: |m| KubernetesLogsConfig::parse(m).map(|c| Arc::new(c) as _),
+    parse: |m| KubernetesLogsConfig::parse(m).map(|c| Arc::new(SharedConfig(Arc::new(c))) as _),
 };
 
-impl petrel_core::plugin::SourceConfig for KubernetesLogsConfig {
+/// A parsed `kubernetes_logs` source: the configuration behind an `Arc`
+/// that each start shares with its [`KubeSelector`], where a clone of the
+/// whole configuration per source cost about 800 bytes (issue 22).
+struct SharedConfig(Arc<KubernetesLogsConfig>);
+
+impl std::fmt::Debug for SharedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl petrel_core::plugin::SourceConfig for SharedConfig {
     fn type_name(&self) -> &'static str {
         "kubernetes_logs"
     }
 
     fn read_globs(&self) -> Option<(&[String], &[String])> {
-        Some((&self.file.include, &self.file.exclude))
+        Some((&self.0.file.include, &self.0.file.exclude))
     }
 
     fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
+        let c = &self.0;
         let catalog = ctx.shared.get_or_try_init(|| Ok(Catalog::default()))?;
         let m = &ctx.metrics;
         let selector = Arc::new(KubeSelector {
-            config: Arc::new(self.clone()),
-            runtime: catalog.runtime(&self.runtime),
+            config: c.clone(),
+            runtime: catalog.runtime(&c.runtime),
             node_name: node_name(),
             base_meta: ctx.meta.clone(),
             counters: FormatCounters {
@@ -449,7 +461,7 @@ impl petrel_core::plugin::SourceConfig for KubernetesLogsConfig {
             waiting: parking_lot::Mutex::new(HashMap::new()),
             rejected: parking_lot::Mutex::new(HashMap::new()),
         });
-        super::file::start_reading(ctx, self.file.clone(), Some(selector), "kubernetes_logs")
+        super::file::start_reading(ctx, c.file.clone(), Some(selector), "kubernetes_logs")
     }
 }
 
@@ -530,7 +542,7 @@ struct KubeSelector {
     node_name: Option<Arc<str>>,
     base_meta: Arc<[(Key, Arc<str>)]>,
     counters: FormatCounters,
-    metadata_missing: Counter,
+    metadata_missing: LazyCounter,
     /// Containers the runtime did not know when first seen: since when,
     /// and whether the miss was counted.
     waiting: parking_lot::Mutex<HashMap<String, (Instant, bool)>>,

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::BytesMut;
+use petrel_core::LazyCounter;
 use petrel_core::Span;
-use prometheus_client::metrics::counter::Counter;
 
 use super::intake::{Intake, TrySubmit};
 use super::{now_ns, Block, ListenAddr};
@@ -62,14 +62,14 @@ pub const DEFAULT_RECEIVE_BUFFER: usize = 4 << 20;
 #[derive(Clone)]
 pub struct DgramCounters {
     /// Datagrams the kernel dropped at the socket (receiver too slow).
-    pub kernel_dropped: Counter,
+    pub kernel_dropped: LazyCounter,
     /// Datagrams longer than `max_message_bytes`, cut.
-    pub too_long: Counter,
+    pub too_long: LazyCounter,
     /// Datagrams received but not handed to the pipeline because the
     /// source stopped while its buffer was full.
-    pub discarded: Counter,
+    pub discarded: LazyCounter,
     /// Failed receives.
-    pub read_errors: Counter,
+    pub read_errors: LazyCounter,
 }
 
 /// What a datagram receiver needs.

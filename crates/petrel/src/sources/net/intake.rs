@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use petrel_core::plugin::{Emitter, SourceContext};
+use petrel_core::LazyCounter;
 use petrel_core::{
     AckReceiver, BatchAck, EventBatch, Key, MemoryCharge, PipelineBudget, SourceInfo,
 };
@@ -179,13 +180,13 @@ impl IntakeRunner {
 struct Counters {
     sent_events: Counter,
     sent_bytes: Counter,
-    buffer_full: Counter,
-    too_large: Counter,
-    bad_records: Counter,
-    corrupt_bytes: Counter,
-    damaged_records: Counter,
+    buffer_full: LazyCounter,
+    too_large: LazyCounter,
+    bad_records: LazyCounter,
+    corrupt_bytes: LazyCounter,
+    damaged_records: LazyCounter,
     spool_bytes: Gauge,
-    spool_errors: Counter,
+    spool_errors: LazyCounter,
 }
 
 /// Starts the intake of a source: with a disk buffer, a spool in

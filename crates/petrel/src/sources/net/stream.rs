@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use petrel_core::plugin::SourceContext;
+use petrel_core::LazyCounter;
 use petrel_core::Span;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{watch, Semaphore};
@@ -56,12 +56,12 @@ pub struct LineSplitter {
     max: usize,
     /// Inside an over-long line: skip to its end.
     skipping: bool,
-    too_long: Counter,
+    too_long: LazyCounter,
 }
 
 impl LineSplitter {
     /// Frames of at most `max` bytes; cut lines counted in `too_long`.
-    pub fn new(max: usize, too_long: Counter) -> Self {
+    pub fn new(max: usize, too_long: LazyCounter) -> Self {
         Self {
             max,
             skipping: false,
@@ -129,13 +129,13 @@ pub struct StreamCounters {
     /// Open connections.
     pub connections: Gauge,
     /// Connections closed at accept: `max_connections` reached.
-    pub refused: Counter,
+    pub refused: LazyCounter,
     /// Connections closed after `idle_timeout_secs` of silence.
-    pub idle_closed: Counter,
+    pub idle_closed: LazyCounter,
     /// Read errors and failed TLS handshakes.
-    pub read_errors: Counter,
+    pub read_errors: LazyCounter,
     /// TLS handshakes that failed or timed out.
-    pub tls_failed: Counter,
+    pub tls_failed: LazyCounter,
 }
 
 impl StreamCounters {
@@ -412,7 +412,7 @@ mod tests {
     use super::*;
 
     fn split_all(input: &[u8], chunk: usize, max: usize) -> (Vec<Vec<u8>>, u64) {
-        let too_long = Counter::default();
+        let too_long = LazyCounter::default();
         let mut s = LineSplitter::new(max, too_long.clone());
         let mut buf = Vec::new();
         let mut out = Vec::new();

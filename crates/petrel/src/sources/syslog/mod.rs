@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
+use petrel_core::LazyCounter;
 use petrel_core::{Event, EventBatch, Key, Span, Value};
 use petrel_time::TimeZone;
-use prometheus_client::metrics::counter::Counter;
 
 use super::net::dgram::{self, DgramCounters, DgramSpec};
 use super::net::stream::{self, Splitter, StreamCounters, StreamSpec};
@@ -316,7 +316,7 @@ impl petrel_core::plugin::SourceConfig for SyslogSourceConfig {
 struct SyslogDecode {
     format: Format,
     tz: TimeZone,
-    parse_failed: Counter,
+    parse_failed: LazyCounter,
 }
 
 fn span_of(base: u32, r: &std::ops::Range<usize>) -> Value {
@@ -396,13 +396,18 @@ pub struct SyslogSplitter {
     max: usize,
     frames: Vec<Frame>,
     bad_frames_seen: u64,
-    too_long: Counter,
-    bad_frame: Counter,
+    too_long: LazyCounter,
+    bad_frame: LazyCounter,
 }
 
 impl SyslogSplitter {
     /// A splitter for one connection.
-    pub fn new(framing: Framing, max: usize, too_long: Counter, bad_frame: Counter) -> Self {
+    pub fn new(
+        framing: Framing,
+        max: usize,
+        too_long: LazyCounter,
+        bad_frame: LazyCounter,
+    ) -> Self {
         Self {
             framer: Framer::new(framing, max),
             max,

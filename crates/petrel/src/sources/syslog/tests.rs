@@ -1,7 +1,7 @@
 use super::*;
 
 fn frames(input: &[u8], framing: Framing, max: usize, chunk: usize) -> (Vec<Vec<u8>>, u64, u64) {
-    let (too_long, bad) = (Counter::default(), Counter::default());
+    let (too_long, bad) = (LazyCounter::default(), LazyCounter::default());
     let mut s = SyslogSplitter::new(framing, max, too_long.clone(), bad.clone());
     let mut buf = Vec::new();
     let mut out = Vec::new();

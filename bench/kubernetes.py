@@ -199,6 +199,13 @@ def kube_source(pods_dir, runtime, include):
             f"sinks:\n  - type: blackhole\n    id: null\n")
 
 
+def file_source(paths):
+    """The other set-up of seed 003's pipelines row: plain `file` sources
+    (no container metadata) into blackhole."""
+    return (f"sources:\n  - type: file\n    id: files\n    include: {json.dumps(paths)}\n"
+            f"sinks:\n  - type: blackhole\n    id: null\n")
+
+
 def run(a, rate, pipelines):
     work = tempfile.mkdtemp(prefix="petrel-kbench-")
     agent = writer = None
@@ -215,14 +222,21 @@ def run(a, rate, pipelines):
         if pipelines is None:
             cfg = os.path.join(work, "k8s.yaml")
             with open(cfg, "w") as f:
-                f.write(kube_source(pods, a.runtime, None))
+                if a.source == "file":
+                    f.write(file_source(files))
+                else:
+                    f.write(kube_source(pods, a.runtime, None))
         else:
             cfg = os.path.join(work, "pipelines")
             os.mkdir(cfg)
             for i in range(pipelines):
                 pod = f"web-{i}" if i < len(PODS) else f"absent-{i}"
                 with open(os.path.join(cfg, f"p{i:04}.yaml"), "w") as f:
-                    f.write(kube_source(pods, a.runtime, f"{{ pods: [{pod}] }}"))
+                    if a.source == "file":
+                        path = files[i] if i < len(files) else os.path.join(work, "absent", f"{i}.log")
+                        f.write(file_source([path]))
+                    else:
+                        f.write(kube_source(pods, a.runtime, f"{{ pods: [{pod}] }}"))
         log = open(os.path.join(work, "petrel.log"), "w+")
         args = [a.bin, "run", "--config", cfg, "--data-dir", os.path.join(work, "data"),
                 "--api-addr", "127.0.0.1:0", "--log-level", "info"]
@@ -322,7 +336,7 @@ def header(a):
         except OSError:
             return "?"
     return [
-        f"# kubernetes_logs, seed 003 ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})",
+        f"# {a.source}, seed 003 ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})",
         "",
         f"`bench/kubernetes.py {' '.join(sys.argv[1:])}`".replace("`bench/kubernetes.py `", "`bench/kubernetes.py`"),
         "",
@@ -380,6 +394,8 @@ def main():
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--runtime", default="none", choices=["none", "auto", "containerd", "docker"])
     p.add_argument("--threads", type=int)
+    p.add_argument("--source", default="kubernetes_logs", choices=["kubernetes_logs", "file"],
+                   help="file: plain file sources (one file per active pipeline) instead of kubernetes_logs")
     p.add_argument("--flush-ms", type=float, default=TICK * 1000,
                    help="the writer appends to each file once per this period (default 20)")
     p.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "petrel"))

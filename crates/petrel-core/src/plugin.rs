@@ -73,8 +73,67 @@ pub struct Payload {
     pub charge: MemoryCharge,
 }
 
+/// Creates a sink's payload queue (unbounded: what it holds is bounded by
+/// the memory budget each payload is charged to).
+pub fn payload_channel() -> (PayloadSender, PayloadReceiver) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (PayloadSender(tx), PayloadReceiver(rx))
+}
+
+/// The sending end of a sink's payload queue.
+///
+/// Payloads travel boxed: tokio's channel allocates its first block of 32
+/// slots when it is created, and with the payload itself in each slot that
+/// was 4.4 KB per sink, most of an idle pipeline's memory after its
+/// metrics (BENCHMARKS.md, "Where per-pipeline memory goes"); boxed it is
+/// 256 bytes, for one allocation per payload (a batch, not an event).
+#[derive(Clone)]
+pub struct PayloadSender(tokio::sync::mpsc::UnboundedSender<Box<Payload>>);
+
+impl PayloadSender {
+    /// Queues `payload`; gives it back when the sink has stopped.
+    pub fn send(&self, payload: Payload) -> Result<(), Payload> {
+        self.0.send(Box::new(payload)).map_err(|e| *e.0)
+    }
+}
+
 /// The receiving end of a sink's payload queue.
-pub type PayloadReceiver = tokio::sync::mpsc::UnboundedReceiver<Payload>;
+pub struct PayloadReceiver(tokio::sync::mpsc::UnboundedReceiver<Box<Payload>>);
+
+impl PayloadReceiver {
+    /// The next payload; `None` once the queue is closed and empty.
+    /// Cancel-safe, like tokio's `recv`.
+    pub async fn recv(&mut self) -> Option<Payload> {
+        self.0.recv().await.map(|p| *p)
+    }
+
+    /// The next payload if one is queued now.
+    pub fn try_recv(&mut self) -> Result<Payload, tokio::sync::mpsc::error::TryRecvError> {
+        self.0.try_recv().map(|p| *p)
+    }
+
+    /// Waits for at least one payload, then appends up to `limit` of those
+    /// queued to `buf`; returns how many, 0 only once the queue is closed
+    /// and empty (or `limit` is 0).
+    pub async fn recv_many(&mut self, buf: &mut Vec<Payload>, limit: usize) -> usize {
+        if limit == 0 {
+            return 0;
+        }
+        let Some(first) = self.0.recv().await else {
+            return 0;
+        };
+        buf.push(*first);
+        let mut n = 1;
+        while n < limit {
+            match self.0.try_recv() {
+                Ok(p) => buf.push(*p),
+                Err(_) => break,
+            }
+            n += 1;
+        }
+        n
+    }
+}
 
 /// A future run on the sink runtime.
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -362,3 +421,52 @@ pub type SourcePlugin = Plugin<dyn SourceConfig>;
 pub type ProcessorPlugin = Plugin<dyn ProcessorConfig>;
 /// A sink kind.
 pub type SinkPlugin = Plugin<dyn SinkConfig>;
+
+#[cfg(test)]
+mod payload_queue_tests {
+    use super::*;
+    use crate::{AckPart, MemoryCharge, SourceInfo};
+
+    fn payload(events: u64) -> Payload {
+        Payload {
+            data: Encoded::default(),
+            events,
+            input_bytes: 0,
+            source: Arc::new(SourceInfo::file("/x", Arc::from(Vec::new()))),
+            ack: AckPart::detached(),
+            charge: MemoryCharge::none(),
+        }
+    }
+
+    #[test]
+    fn recv_many_takes_what_is_queued_up_to_the_limit_and_0_once_closed() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (tx, mut rx) = payload_channel();
+            for i in 1..=5 {
+                assert!(tx.send(payload(i)).is_ok());
+            }
+            let mut buf = Vec::new();
+            assert_eq!(rx.recv_many(&mut buf, 3).await, 3);
+            assert_eq!(rx.recv_many(&mut buf, 0).await, 0);
+            assert_eq!(rx.recv_many(&mut buf, 10).await, 2);
+            let order: Vec<u64> = buf.iter().map(|p| p.events).collect();
+            assert_eq!(order, [1, 2, 3, 4, 5]);
+            assert!(rx.try_recv().is_err());
+            assert!(tx.send(payload(6)).is_ok());
+            assert_eq!(rx.recv().await.map(|p| p.events), Some(6));
+            drop(tx);
+            assert_eq!(rx.recv_many(&mut buf, 10).await, 0, "closed and empty");
+            assert!(rx.recv().await.is_none());
+        });
+    }
+
+    #[test]
+    fn a_payload_comes_back_when_the_sink_has_stopped() {
+        let (tx, rx) = payload_channel();
+        drop(rx);
+        assert_eq!(tx.send(payload(7)).err().map(|p| p.events), Some(7));
+    }
+}

@@ -304,7 +304,7 @@ impl Topology {
         let mut sinks = Vec::new();
         let mut sink_tasks = Vec::new();
         for (sink, metrics, route) in b.sinks {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let (tx, rx) = petrel_core::plugin::payload_channel();
             sink_tasks.push(rt.spawn(sink.clone().run(rx)));
             sinks.push(SinkSlot {
                 sink,

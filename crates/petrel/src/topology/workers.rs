@@ -24,10 +24,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use petrel_core::plugin::{Emitter, Encoded, Payload, Processor, Sink};
+use petrel_core::plugin::{Emitter, Encoded, Payload, PayloadSender, Processor, Sink};
 use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, Event, EventBatch, Metrics, PipelineBudget};
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::SinkRoute;
 
@@ -40,7 +39,7 @@ pub struct SinkSlot {
     /// The plugin.
     pub sink: Arc<dyn Sink>,
     /// Its payload queue on the sink runtime.
-    pub tx: UnboundedSender<Payload>,
+    pub tx: PayloadSender,
     /// Its counters.
     pub metrics: ComponentMetrics,
     /// Payloads encoded out of order, waiting for their predecessors.
@@ -62,7 +61,7 @@ pub struct Reorder {
 impl Reorder {
     /// Queues `item` as batch `seq` and sends every batch that is now in
     /// order.
-    fn push(&mut self, seq: u64, item: Option<Payload>, tx: &UnboundedSender<Payload>) {
+    fn push(&mut self, seq: u64, item: Option<Payload>, tx: &PayloadSender) {
         self.pending.insert(seq, item);
         while let Some(item) = self.pending.remove(&self.next) {
             self.next += 1;

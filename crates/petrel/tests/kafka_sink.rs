@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use kafka_broker::{consume, value_counts, Broker};
+use kafka_broker::{consume, create_topic, value_counts, Broker};
 
 fn numbered_line(i: usize) -> String {
     format!("line-{i:07} the quick brown fox jumps over the lazy dog\n")
@@ -75,6 +75,11 @@ fn million_lines_across_rotations() {
         ),
     );
     std::fs::File::create(&app).unwrap();
+    // Created up front with every partition led, so that the partition
+    // assertion below is about the sink's round robin and not about how
+    // soon an auto-created topic elects its leaders (CI once finished the
+    // whole run while one of three was still leaderless).
+    create_topic(&broker.bootstrap(), "million", 3);
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     // The writer renames the file four times within a second or two; a
     // file renamed out of the `include` pattern before the agent first

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use kafka_broker::Broker;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use kafka_broker::{create_topic, Broker};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Message, OwnedHeaders};
@@ -28,24 +26,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let r = rt
-        .block_on(admin.create_topics(&[topic], &AdminOptions::new()))
-        .expect("create topic");
-    for x in r {
-        x.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-    }
 }
 
 fn producer(bootstrap: &str) -> ThreadedProducer<DefaultProducerContext> {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -261,4 +263,51 @@ pub fn value_counts(msgs: &[Consumed]) -> HashMap<Vec<u8>, usize> {
         *h.entry(m.value.clone()).or_insert(0) += 1;
     }
     h
+}
+
+/// Creates `name` with `partitions` partitions and waits (at most 60 s)
+/// until each has a leader, so that a producer's first metadata already
+/// lists them all (a topic created by its first produce can answer with
+/// some partitions leaderless for a while).
+pub fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let r = rt
+        .block_on(admin.create_topics(&[topic], &AdminOptions::new()))
+        .expect("create topic");
+    for x in r {
+        x.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "petrel-probe")
+        .create()
+        .expect("probe client");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let led = probe
+            .fetch_metadata(Some(name), Duration::from_secs(2))
+            .ok()
+            .and_then(|md| {
+                md.topics()
+                    .first()
+                    .map(|t| t.partitions().iter().filter(|p| p.leader() >= 0).count())
+            })
+            .unwrap_or(0);
+        if led == partitions as usize {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {name}: {led} of {partitions} partitions have a leader after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

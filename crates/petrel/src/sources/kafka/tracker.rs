@@ -5,6 +5,7 @@
 //! before its predecessors is held until the gap closes.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,9 @@ struct Inner {
 pub struct Tracker {
     inner: Mutex<Inner>,
     changed: Condvar,
+    /// Changes with every assignment and revocation, so the consumer
+    /// thread can keep its last partition's check without the lock.
+    assignments: AtomicU64,
 }
 
 impl Tracker {
@@ -59,6 +63,7 @@ impl Tracker {
     /// watermark.
     pub fn assign(&self, tp: Tp) {
         let mut g = self.inner.lock();
+        self.assignments.fetch_add(1, Ordering::AcqRel);
         g.next_generation += 1;
         let generation = g.next_generation;
         g.parts.insert(
@@ -73,8 +78,14 @@ impl Tracker {
     /// Stops tracking `tp`; late answers for it are ignored.
     pub fn revoke(&self, tp: &Tp) {
         let mut g = self.inner.lock();
+        self.assignments.fetch_add(1, Ordering::AcqRel);
         g.parts.remove(tp);
         g.rewinds.retain(|(t, _)| t != tp);
+    }
+
+    /// A number that changes whenever a partition is assigned or revoked.
+    pub fn assignment_epoch(&self) -> u64 {
+        self.assignments.load(Ordering::Acquire)
     }
 
     /// True while `tp` is assigned.

@@ -41,10 +41,12 @@
 //! partition's first assignment in this process's life (a replay, or a
 //! skip of the backlog); later reassignments resume from the commits.
 //!
-//! **Back-pressure.** When the pipeline's memory budget is full (a slow or
-//! stopped sink), the assigned partitions are paused rather than buffered;
-//! the consumer keeps polling, so it stays in its group however long the
-//! stall lasts.
+//! **Back-pressure.** When the pipeline's memory budget is full, the source
+//! waits for the sinks to free some (the record that found no room is
+//! held, as librdkafka holds what it prefetched); when that lasts a second
+//! (a slow or stopped sink), the assigned partitions are paused rather than
+//! buffered, and the consumer keeps polling, so it stays in its group
+//! however long the stall lasts.
 //!
 //! Metrics: `petrel_source_partition_lag_records` and
 //! `petrel_source_partition_committed_offset` per topic and partition,
@@ -101,7 +103,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// What this plugin does, for the component reference.
-pub const DOC: &str = r#"Reads Kafka topics as a member of a consumer group (the aggregator role); instances with the same `group_id` share the partitions. Each record becomes an event: `message` is its value; `kafka.offset`, `kafka.timestamp` (ms, also the event time), `kafka.key` and `kafka.headers` are fields; `kafka.topic` and `kafka.partition` are source metadata. A partition's offset is committed only up to the first record not yet acknowledged by every sink it was routed to; a crash re-reads at most the records in flight plus `commit_interval_ms` of delivered ones. When the memory limit is reached the partitions are paused, and the consumer stays in its group."#;
+pub const DOC: &str = r#"Reads Kafka topics as a member of a consumer group (the aggregator role); instances with the same `group_id` share the partitions. Each record becomes an event: `message` is its value; `kafka.offset`, `kafka.timestamp` (ms, also the event time), `kafka.key` and `kafka.headers` are fields; `kafka.topic` and `kafka.partition` are source metadata. A partition's offset is committed only up to the first record not yet acknowledged by every sink it was routed to; a crash re-reads at most the records in flight plus `commit_interval_ms` of delivered ones. When the memory limit stays reached for a second the partitions are paused, and the consumer stays in its group."#;
 
 /// The documentation of each of [`KEYS`], for the component reference.
 pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
@@ -361,6 +363,7 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             json: self.json.then(|| JsonParser::new(None)),
             decode_failed: ctx.metrics.error_counter("decode_failed"),
             emitted: 0,
+            last_batch: (0, 0),
             commit_interval: self.commit_interval,
             stop: stop.clone(),
             link,
@@ -705,6 +708,8 @@ struct Reader {
     decode_failed: LazyCounter,
     /// Batches emitted so far (for the warm-up size).
     emitted: u64,
+    /// Bytes and records of the last batch emitted, to size the next.
+    last_batch: (usize, usize),
     commit_interval: Duration,
     stop: Arc<StopFlag>,
     /// Kept so the link lives as long as the source.
@@ -914,6 +919,7 @@ impl Reader {
 
     fn emit(&mut self, tp: &Tp, b: Builder, charge: petrel_core::MemoryCharge) {
         self.emitted += 1;
+        self.last_batch = (b.buf.len(), b.events.len());
         let Some(seq) = self.shared.tracker.emitted(tp, b.first, b.last + 1) else {
             // Revoked meanwhile: the next owner reads these records.
             return;
@@ -989,13 +995,25 @@ impl Reader {
                 self.emit(&tp, full, charge);
             }
         }
-        let b = self.builders.entry(tp).or_insert_with(|| Builder {
-            buf: Vec::with_capacity(target.min(64 << 10)),
-            events: Vec::new(),
-            starts: Vec::new(),
-            first: offset,
-            last: offset,
-            opened: Instant::now(),
+        // Sized like the last batch emitted (at most `target`): growing
+        // a 1 MiB batch from 64 KiB copied it once more, and its events
+        // a dozen times.
+        let (bytes, records) = self.last_batch;
+        let b = self.builders.entry(tp).or_insert_with(|| {
+            let cap = target.min(bytes.max(64 << 10));
+            let per_record = match records {
+                0 => 256,
+                n => (bytes / n).max(16),
+            };
+            let n = cap / per_record + 1;
+            Builder {
+                buf: Vec::with_capacity(cap),
+                events: Vec::with_capacity(n),
+                starts: Vec::with_capacity(n),
+                first: offset,
+                last: offset,
+                opened: Instant::now(),
+            }
         });
         let value = m.payload().unwrap_or_default();
         let at = b.buf.len();

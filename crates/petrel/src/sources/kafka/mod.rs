@@ -363,7 +363,6 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             json: self.json.then(|| JsonParser::new(None)),
             decode_failed: ctx.metrics.error_counter("decode_failed"),
             emitted: 0,
-            last_batch: (0, 0),
             commit_interval: self.commit_interval,
             stop: stop.clone(),
             link,
@@ -708,8 +707,6 @@ struct Reader {
     decode_failed: LazyCounter,
     /// Batches emitted so far (for the warm-up size).
     emitted: u64,
-    /// Bytes and records of the last batch emitted, to size the next.
-    last_batch: (usize, usize),
     commit_interval: Duration,
     stop: Arc<StopFlag>,
     /// Kept so the link lives as long as the source.
@@ -919,7 +916,6 @@ impl Reader {
 
     fn emit(&mut self, tp: &Tp, b: Builder, charge: petrel_core::MemoryCharge) {
         self.emitted += 1;
-        self.last_batch = (b.buf.len(), b.events.len());
         let Some(seq) = self.shared.tracker.emitted(tp, b.first, b.last + 1) else {
             // Revoked meanwhile: the next owner reads these records.
             return;
@@ -995,25 +991,13 @@ impl Reader {
                 self.emit(&tp, full, charge);
             }
         }
-        // Sized like the last batch emitted (at most `target`): growing
-        // a 1 MiB batch from 64 KiB copied it once more, and its events
-        // a dozen times.
-        let (bytes, records) = self.last_batch;
-        let b = self.builders.entry(tp).or_insert_with(|| {
-            let cap = target.min(bytes.max(64 << 10));
-            let per_record = match records {
-                0 => 256,
-                n => (bytes / n).max(16),
-            };
-            let n = cap / per_record + 1;
-            Builder {
-                buf: Vec::with_capacity(cap),
-                events: Vec::with_capacity(n),
-                starts: Vec::with_capacity(n),
-                first: offset,
-                last: offset,
-                opened: Instant::now(),
-            }
+        let b = self.builders.entry(tp).or_insert_with(|| Builder {
+            buf: Vec::with_capacity(target.min(64 << 10)),
+            events: Vec::new(),
+            starts: Vec::new(),
+            first: offset,
+            last: offset,
+            opened: Instant::now(),
         });
         let value = m.payload().unwrap_or_default();
         let at = b.buf.len();

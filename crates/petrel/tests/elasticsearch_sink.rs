@@ -5,6 +5,7 @@
 
 mod common;
 mod opensearch;
+mod server;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};

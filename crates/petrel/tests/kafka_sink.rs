@@ -4,6 +4,7 @@
 
 mod common;
 mod kafka_broker;
+mod server;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

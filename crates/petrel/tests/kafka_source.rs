@@ -4,6 +4,7 @@
 
 mod common;
 mod kafka_broker;
+mod server;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -4,6 +4,7 @@
 //! and entries older than what was already sent for their stream.
 
 mod common;
+mod server;
 mod victorialogs;
 
 use std::collections::HashMap;

@@ -11,7 +11,11 @@
 #![cfg(feature = "opentelemetry")]
 
 mod common;
+mod otelcol;
+mod server;
 mod victorialogs;
+
+use otelcol::Otelcol;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -22,90 +26,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-
-/// A collector process with its own directory; killed on drop.
-struct Otelcol {
-    dir: tempfile::TempDir,
-    child: Child,
-}
-
-fn otelcol_bin() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/otelcol/otelcol");
-    assert!(
-        p.exists(),
-        "{} missing: run scripts/otelcol.sh (scripts/test.sh does)",
-        p.display()
-    );
-    p
-}
-
-impl Otelcol {
-    /// Starts a collector with `config` (YAML) and waits until `port`
-    /// accepts connections.
-    fn start(config: &str, port: u16) -> Otelcol {
-        let dir = tempfile::Builder::new()
-            .prefix("petrel-otelcol-")
-            .tempdir()
-            .expect("temp dir");
-        let cfg = dir.path().join("config.yaml");
-        std::fs::write(&cfg, config).expect("write collector config");
-        let log = std::fs::File::create(dir.path().join("otelcol.log")).expect("log");
-        let mut cmd = Command::new(otelcol_bin());
-        cmd.arg("--config")
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().expect("log fd")))
-            .stderr(Stdio::from(log));
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().expect("start the collector");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!(
-                    "the collector exited ({st}):\n{}",
-                    std::fs::read_to_string(dir.path().join("otelcol.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the collector did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Otelcol { dir, child }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("otelcol.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Otelcol {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        // Bounded: SIGKILL ends it at once.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if std::thread::panicking() {
-            eprintln!("--- collector log ---\n{}", self.log());
-        }
-    }
-}
 
 /// The collector's configuration: an OTLP receiver (`receiver`, YAML of
 /// `protocols:`), the batch processor, and `exporter` (YAML, id first).

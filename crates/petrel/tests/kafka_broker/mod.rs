@@ -5,10 +5,9 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -16,24 +15,18 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 
+use super::server::{free_port, ServerProcess};
+
 /// A running (or stopped) broker with its own data directory.
 pub struct Broker {
-    dir: tempfile::TempDir,
+    server: ServerProcess,
     props: PathBuf,
     /// Client port.
     pub port: u16,
-    child: Option<Child>,
 }
 
 fn lib_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/kafka/lib")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 fn java_cp() -> String {
@@ -50,10 +43,8 @@ impl Broker {
     /// Formats storage and starts a broker on free loopback ports; waits
     /// until it serves metadata.
     pub fn start() -> Broker {
-        let dir = tempfile::Builder::new()
-            .prefix("petrel-kafka-")
-            .tempdir()
-            .expect("temp dir");
+        let server = ServerProcess::new("kafka broker", "petrel-kafka-", "broker.log");
+        let dir = server.dir().to_path_buf();
         let port = free_port();
         let ctrl = free_port();
         let props = dir.path().join("server.properties");
@@ -75,7 +66,7 @@ impl Broker {
                  transaction.state.log.min.isr=1\n\
                  group.initial.rebalance.delay.ms=0\n\
                  log.flush.interval.messages=9223372036854775807\n",
-                dir.path().join("data").display()
+                dir.join("data").display()
             ),
         )
         .expect("write server.properties");
@@ -103,14 +94,13 @@ impl Broker {
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
-            let _ = std::fs::remove_dir_all(dir.path().join("data"));
+            let _ = std::fs::remove_dir_all(dir.join("data"));
         }
         assert!(formatted, "kafka storage format failed three times: {last}");
         let mut b = Broker {
-            dir,
+            server,
             props,
             port,
-            child: None,
         };
         b.restart();
         b
@@ -123,83 +113,41 @@ impl Broker {
 
     /// Starts the broker process again (after [`Broker::stop`]).
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "broker already running");
-        let log = std::fs::File::create(self.dir.path().join("broker.log")).expect("broker log");
-        let child = Command::new("java")
-            .args([
-                "-Xms256m",
-                "-Xmx512m",
-                "-XX:+UseSerialGC",
-                "-cp",
-                &java_cp(),
-                "kafka.Kafka",
-            ])
-            .arg(&self.props)
-            .stdout(Stdio::from(log.try_clone().expect("log fd")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start kafka broker");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let c: Result<BaseConsumer, _> = ClientConfig::new()
-                .set("bootstrap.servers", self.bootstrap())
-                .set("group.id", "petrel-probe")
-                .create();
-            if let Ok(c) = c {
-                if let Ok(md) = c.fetch_metadata(None, Duration::from_secs(2)) {
-                    if !md.brokers().is_empty() {
-                        return;
-                    }
-                }
-            }
-            if let Some(ch) = self.child.as_mut() {
-                if let Ok(Some(st)) = ch.try_wait() {
-                    panic!("kafka broker exited early ({st}); log:\n{}", self.log());
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kafka broker not ready within 90 s; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        let mut cmd = Command::new("java");
+        cmd.args([
+            "-Xms256m",
+            "-Xmx512m",
+            "-XX:+UseSerialGC",
+            "-cp",
+            &java_cp(),
+            "kafka.Kafka",
+        ])
+        .arg(&self.props);
+        let bootstrap = self.bootstrap();
+        self.server.start(
+            cmd,
+            Duration::from_secs(90),
+            Duration::from_millis(250),
+            || {
+                let c: Result<BaseConsumer, _> = ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("group.id", "petrel-probe")
+                    .create();
+                c.ok()
+                    .and_then(|c| c.fetch_metadata(None, Duration::from_secs(2)).ok())
+                    .is_some_and(|md| !md.brokers().is_empty())
+            },
+        );
     }
 
     /// Stops the broker (SIGTERM, then SIGKILL after 30 s).
     pub fn stop(&mut self) {
-        let Some(mut ch) = self.child.take() else {
-            return;
-        };
-        // SAFETY: signalling our own child process.
-        unsafe {
-            libc::kill(ch.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = ch.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = ch.kill();
-        let _ = ch.wait();
+        self.server.stop(Duration::from_secs(30));
     }
 
     /// The broker's log so far (last 4 KiB).
     pub fn log(&self) -> String {
-        let s = std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default();
-        s[s.len().saturating_sub(4096)..].to_string()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(mut ch) = self.child.take() {
-            let _ = ch.kill();
-            let _ = ch.wait();
-        }
+        self.server.log()
     }
 }
 

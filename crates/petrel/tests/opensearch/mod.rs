@@ -5,16 +5,17 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use super::server::{free_port, ServerProcess};
 
 /// A running (or stopped) node with its own data directory.
 pub struct OpenSearch {
-    dir: tempfile::TempDir,
+    server: ServerProcess,
     /// HTTP port.
     pub port: u16,
     settings: Vec<String>,
-    child: Option<Child>,
 }
 
 fn lib_dir() -> PathBuf {
@@ -35,13 +36,6 @@ fn java_cp() -> String {
         lib.display()
     );
     format!("{}/*", lib.display())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// One request to `port`: (status, body). Connection errors are status 0.
@@ -77,15 +71,10 @@ impl OpenSearch {
     /// Starts a node on a free port with extra `key=value` settings and
     /// waits until it answers `GET /`; sets new indices to no replicas.
     pub fn start(settings: &[&str]) -> OpenSearch {
-        let dir = tempfile::Builder::new()
-            .prefix("petrel-opensearch-")
-            .tempdir()
-            .expect("temp dir");
         let mut os = OpenSearch {
-            dir,
+            server: ServerProcess::new("OpenSearch", "petrel-opensearch-", "node.log"),
             port: free_port(),
             settings: settings.iter().map(|s| s.to_string()).collect(),
-            child: None,
         };
         os.restart();
         // A single node never assigns replicas: without this every index
@@ -101,8 +90,6 @@ impl OpenSearch {
     /// Starts the node process again (after [`OpenSearch::stop`]), on the
     /// same port and data.
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "node already running");
-        let log = std::fs::File::create(self.dir.path().join("node.log")).expect("node log");
         let mut cmd = Command::new("java");
         cmd.args([
             "-Xms512m",
@@ -113,71 +100,29 @@ impl OpenSearch {
             &java_cp(),
             "dev.petrel.opensearch.TestNode",
         ])
-        .arg(self.dir.path().join("home"))
+        .arg(self.server.dir().join("home"))
         .arg(self.port.to_string())
-        .args(&self.settings)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone().expect("log fd")))
-        .stderr(Stdio::from(log));
-        // The node must not outlive a test process that dies without
-        // dropping it.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        self.child = Some(cmd.spawn().expect("start java (OpenSearch)"));
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            let (status, body) = request(self.port, "GET", "/_cluster/health", None);
-            if status == 200 && !body.contains("\"red\"") {
-                return;
-            }
-            if let Some(ch) = self.child.as_mut() {
-                if let Ok(Some(st)) = ch.try_wait() {
-                    panic!("OpenSearch exited early ({st}); log:\n{}", self.log());
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "OpenSearch not ready within 180 s; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        .args(&self.settings);
+        let port = self.port;
+        self.server.start(
+            cmd,
+            Duration::from_secs(180),
+            Duration::from_millis(250),
+            || {
+                let (status, body) = request(port, "GET", "/_cluster/health", None);
+                status == 200 && !body.contains("\"red\"")
+            },
+        );
     }
 
     /// Stops the node (SIGTERM, then SIGKILL after 30 s).
     pub fn stop(&mut self) {
-        let Some(mut ch) = self.child.take() else {
-            return;
-        };
-        // SAFETY: signalling our own child process.
-        unsafe {
-            libc::kill(ch.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = ch.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = ch.kill();
-        let _ = ch.wait();
+        self.server.stop(Duration::from_secs(30));
     }
 
     /// The node's log so far (last 4 KiB).
     pub fn log(&self) -> String {
-        let s = std::fs::read_to_string(self.dir.path().join("node.log")).unwrap_or_default();
-        let mut from = s.len().saturating_sub(4096);
-        while !s.is_char_boundary(from) {
-            from += 1;
-        }
-        s[from..].to_string()
+        self.server.log()
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -234,10 +179,7 @@ impl OpenSearch {
 
 impl Drop for OpenSearch {
     fn drop(&mut self) {
-        if let Some(mut ch) = self.child.take() {
-            let _ = ch.kill();
-            let _ = ch.wait();
-        }
+        self.server.kill();
         if std::thread::panicking() {
             eprintln!("---- OpenSearch log (tail) ----\n{}\n----", self.log());
         }

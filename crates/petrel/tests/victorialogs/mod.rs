@@ -5,34 +5,16 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use super::server::{cached_binary, free_port, ServerProcess};
 
 /// A running server with its own data directory; killed when dropped.
 pub struct VictoriaLogs {
-    dir: tempfile::TempDir,
+    server: ServerProcess,
     /// HTTP port.
     pub port: u16,
-    child: Option<Child>,
-}
-
-fn binary() -> PathBuf {
-    let b =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/victorialogs/bin/victoria-logs");
-    assert!(
-        b.exists(),
-        "VictoriaLogs missing at {}: run scripts/victorialogs.sh (scripts/test.sh does)",
-        b.display()
-    );
-    b
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// One request: (status, body). Connection errors are status 0.
@@ -86,51 +68,27 @@ impl VictoriaLogs {
     /// Starts a server on a free port (keeping any timestamp, however old)
     /// and waits until it answers `/health`.
     pub fn start() -> VictoriaLogs {
-        let dir = tempfile::Builder::new()
-            .prefix("petrel-victorialogs-")
-            .tempdir()
-            .expect("temp dir");
+        let mut server = ServerProcess::new("victoria-logs", "petrel-victorialogs-", "server.log");
         let port = free_port();
-        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
-        let mut cmd = Command::new(binary());
+        let mut cmd = Command::new(cached_binary(
+            "victorialogs/bin/victoria-logs",
+            "scripts/victorialogs.sh",
+        ));
         cmd.arg(format!("-httpListenAddr=127.0.0.1:{port}"))
             .arg(format!(
                 "-storageDataPath={}",
-                dir.path().join("data").display()
+                server.dir().join("data").display()
             ))
             .arg("-retentionPeriod=100y")
-            .arg("-futureRetention=100y")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().expect("log fd")))
-            .stderr(Stdio::from(log));
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the hook.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut vl = VictoriaLogs {
-            dir,
-            port,
-            child: Some(cmd.spawn().expect("start victoria-logs")),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if request(&format!("{}/health", vl.url()), None).0 == 200 {
-                return vl;
-            }
-            if let Some(Ok(Some(st))) = vl.child.as_mut().map(|c| c.try_wait()) {
-                panic!("victoria-logs exited early ({st}); log:\n{}", vl.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "victoria-logs not ready within 60 s; log:\n{}",
-                vl.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            .arg("-futureRetention=100y");
+        let health = format!("http://127.0.0.1:{port}/health");
+        server.start(
+            cmd,
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || request(&health, None).0 == 200,
+        );
+        VictoriaLogs { server, port }
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -140,12 +98,7 @@ impl VictoriaLogs {
 
     /// The server's log so far (last 4 KiB).
     pub fn log(&self) -> String {
-        let s = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
-        let mut from = s.len().saturating_sub(4096);
-        while !s.is_char_boundary(from) {
-            from += 1;
-        }
-        s[from..].to_string()
+        self.server.log()
     }
 
     /// Runs a LogsQL query over all time (after making everything received
@@ -171,14 +124,5 @@ impl VictoriaLogs {
             .and_then(|r| r["n"].as_str())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
-    }
-}
-
-impl Drop for VictoriaLogs {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }

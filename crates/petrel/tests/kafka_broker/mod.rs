@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -47,7 +47,7 @@ impl Broker {
         let dir = server.dir().to_path_buf();
         let port = free_port();
         let ctrl = free_port();
-        let props = dir.path().join("server.properties");
+        let props = dir.join("server.properties");
         std::fs::write(
             &props,
             format!(

@@ -181,6 +181,14 @@ pub trait SourceConfig: std::fmt::Debug + Send + Sync {
     fn read_globs(&self) -> Option<(&[String], &[String])> {
         None
     }
+
+    /// Where (line, column) the configuration asks to read again from a
+    /// fixed position on every start, whatever was committed (a forced
+    /// replay): a sink that promises no duplicates across restarts
+    /// (`exactly_once`) cannot keep that promise, and `validate` warns.
+    fn replays_on_start(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 /// A running source.

@@ -29,6 +29,9 @@ pub struct PipelineConfig {
     /// Which events each sink of `sinks` (same index) receives: its
     /// `when:` key.
     pub sink_routes: Vec<SinkRoute>,
+    /// Combinations that load but are likely not what was meant
+    /// (`validate` prints them, `run` logs them).
+    pub warnings: Vec<ConfigError>,
 }
 
 /// The events a sink receives (`when:` in its entry).
@@ -175,6 +178,7 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
         processors: Vec::new(),
         sinks: Vec::new(),
         sink_routes: Vec::new(),
+        warnings: Vec::new(),
     };
     if let Some(m) = root.as_map(TOP_KEYS) {
         if let Some(n) = m.required("sources", "[{ type: file, include: [\"/var/log/*.log\"] }]") {
@@ -197,6 +201,18 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
                 let Some(key) = sink.commits_source_positions() else {
                     continue;
                 };
+                for (id, src) in &p.sources {
+                    if let Some((line, col)) = src.replays_on_start() {
+                        p.warnings.push(ConfigError {
+                            file: shown.clone(),
+                            line,
+                            col,
+                            message: format!(
+                                "source `{id}` replays from a fixed position on every start, so the sink's `{key}` cannot prevent duplicates across restarts: each start re-emits what was already written; use `start: earliest` (only where the group has no committed offset) unless a replay is meant"
+                            ),
+                        });
+                    }
+                }
                 if sinks.len() > 1 || !matches!(route, SinkRoute::All) {
                     let at = node
                         .as_map_quiet()

@@ -150,6 +150,18 @@ fn received_messages(seen: &Seen) -> Vec<String> {
     out
 }
 
+/// Waits until `app`'s committed offset is `len`.
+fn wait_checkpoint_at(data: &std::path::Path, app: &std::path::Path, len: u64) {
+    wait_for(
+        LONG,
+        "the checkpoint at the end",
+        || match checkpoint_offset(data, app) {
+            Some(o) if o == len => Ok(()),
+            o => Err(format!("{o:?}")),
+        },
+    );
+}
+
 fn wait_all(seen: &Seen, lines: &[String]) {
     wait_for(LONG, "every line at the HTTP server", || {
         let got = received_messages(seen);
@@ -277,10 +289,12 @@ fn connection_refused_then_server_up() {
     let cfg = write_config(dir.path(), "late", &http_config(&app, addr, ""));
     let agent = Agent::start(&cfg, &dir.path().join("data"));
     let sink = component("late", "sink", "http_0");
-    wait_for(LONG, "a failed attempt", || {
+    // A closed port is said to be one: `connection_refused`, not a
+    // generic failure that reads the same as a timeout.
+    wait_for(LONG, "a refused connection", || {
         match agent.metric_or_zero(
             "petrel_component_errors_total",
-            &[("pipeline", "late"), ("error_type", "request_failed")],
+            &[("pipeline", "late"), ("error_type", "connection_refused")],
         ) {
             n if n >= 1.0 => Ok(()),
             n => Err(format!("{n} failures")),
@@ -350,14 +364,7 @@ fn refused_records_go_to_the_dead_letter_file() {
     );
     // Everything else was delivered, and the file is committed to its end.
     let len = std::fs::metadata(&app).unwrap().len();
-    wait_for(
-        LONG,
-        "the checkpoint at the end",
-        || match checkpoint_offset(&dir.path().join("data"), &app) {
-            Some(o) if o == len => Ok(()),
-            o => Err(format!("{o:?}")),
-        },
-    );
+    wait_checkpoint_at(&dir.path().join("data"), &app, len);
 }
 
 #[test]
@@ -466,4 +473,128 @@ fn a_refused_record_without_dead_letter_is_retried_not_committed() {
         "nothing committed"
     );
     assert!(seen.requests.load(Ordering::SeqCst) > 1, "retried");
+}
+
+/// A dead-letter disk that fills: every line in the file stays whole JSON
+/// (before, the write that hit ENOSPC left a fragment and the retry
+/// appended the whole record to it on the same line), the records wait
+/// with a loud error and `/health` says why, and once there is room each
+/// refused record is in the file exactly once.
+#[test]
+fn a_full_dead_letter_disk_holds_records_and_never_tears_a_line() {
+    const N: usize = 200;
+    let dir = tempdir();
+    let app = dir.path().join("app.log");
+    let pad = "x".repeat(900);
+    let lines: Vec<String> = (0..N).map(|i| format!("refuse me {i:06} {pad}")).collect();
+    std::fs::write(&app, lines.join("\n") + "\n").unwrap();
+    let seen = Arc::new(Seen::default());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            status: 200,
+            refuse_marker: Some("refuse me"),
+            ..Default::default()
+        },
+        seen.clone(),
+    );
+    // Room for about 50 of the 200 dead letters (~1.1 KB each).
+    let disk = dir.path().join("dl");
+    let tmpfs = Tmpfs::mount(&disk, "64k");
+    let dead = disk.join("dead.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "full",
+        &http_config(
+            &app,
+            addr,
+            &format!("    dead_letter: \"{}\"\n", dead.display()),
+        ),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--unhealthy-after".into(), "1".into()],
+            ..Default::default()
+        },
+    );
+    let failed = [("pipeline", "full"), ("error_type", "dead_letter_failed")];
+    wait_for(
+        LONG,
+        "a dead-letter write failing on the full disk",
+        || match agent.metric_or_zero("petrel_component_errors_total", &failed) {
+            n if n >= 2.0 => Ok(()),
+            n => Err(format!("{n} failures")),
+        },
+    );
+    let whole = |what: &str| -> Vec<serde_json::Value> {
+        let text = std::fs::read(&dead).unwrap_or_default();
+        assert!(
+            text.is_empty() || text.ends_with(b"\n"),
+            "{what}: the dead-letter file ends in a fragment"
+        );
+        split_lines(&text)
+            .iter()
+            .map(|l| {
+                serde_json::from_slice(l).unwrap_or_else(|e| {
+                    panic!(
+                        "{what}: a torn dead-letter line ({e}): {}",
+                        String::from_utf8_lossy(&l[..l.len().min(200)])
+                    )
+                })
+            })
+            .collect()
+    };
+    let held = whole("while the disk is full");
+    assert!(held.len() < N, "{} lines fit on a 64k disk?", held.len());
+    wait_for(LONG, "/health to name the dead-letter file", || {
+        let (status, body) = agent.http_get("/health").map_err(|e| e.to_string())?;
+        if status == 503 && body.contains("dead letter") {
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
+        }
+    });
+    assert!(
+        agent.stderr().contains("cannot write the dead letter file"),
+        "no loud error"
+    );
+    // Nothing was committed past what is set aside: the file's checkpoint
+    // is short of its end while records wait.
+    let len = std::fs::metadata(&app).unwrap().len();
+    assert!(checkpoint_offset(&dir.path().join("data"), &app).is_none_or(|o| o < len));
+    // Room again: every refused record arrives, once.
+    let st = std::process::Command::new("mount")
+        .args(["-o", "remount,size=8m"])
+        .arg(&disk)
+        .status()
+        .expect("remount");
+    assert!(st.success(), "remount the tmpfs larger");
+    wait_for(LONG, "every refused record in the dead-letter file", || {
+        let n = count_lines(&dead);
+        (n >= N).then_some(()).ok_or(format!("{n} of {N}"))
+    });
+    let all = whole("after the disk had room");
+    let mut counts: std::collections::HashMap<String, usize> = Default::default();
+    for v in &all {
+        let m = v["record"]["message"]
+            .as_str()
+            .expect("record.message")
+            .to_string();
+        *counts.entry(m).or_default() += 1;
+    }
+    for l in &lines {
+        assert_eq!(
+            counts.get(l).copied(),
+            Some(1),
+            "record `{}` in the file",
+            &l[..16]
+        );
+    }
+    assert_eq!(all.len(), N);
+    assert!(received_messages(&seen).is_empty());
+    wait_checkpoint_at(&dir.path().join("data"), &app, len);
+    drop(agent);
+    drop(tmpfs);
 }

@@ -18,11 +18,11 @@ mod victorialogs;
 use otelcol::Otelcol;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -854,4 +854,187 @@ fn petrel_to_victorialogs_over_otlp_http_protobuf() {
     assert_eq!(r["service.name"], "checkout", "{r}");
     assert_eq!(r["deployment.environment"], "test", "{r}");
     assert_eq!(r["log.file.path"], log.display().to_string(), "{r}");
+}
+
+/// CPU seconds (user + system) process `pid` used so far.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The outside check's flood, on both listeners: with `ulimit -n 512`, a
+/// client holds 600 silent connections to the gRPC port. Connections past
+/// what the agent can take are refused and counted (not left to fail the
+/// whole process's accepts), `/health` and `/metrics` keep answering, the
+/// accept loop does not spin, idle ones are closed after
+/// `idle_timeout_secs`, and then OTLP requests are served again. Before,
+/// the source had no limits at all: the API refused connections and a
+/// network thread spun at 100 %. Also: `auth.bearer_token` on both
+/// listeners, and a gzip body that is not gzip is named as such.
+#[test]
+fn a_connection_flood_leaves_the_api_reachable_and_idle_connections_are_closed() {
+    use prost::Message;
+    let dir = tempdir();
+    let (grpc, http) = (free_port(), free_port());
+    let out = dir.path().join("out.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "flood",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{grpc}\n    http_address: 127.0.0.1:{http}\n    max_connections: 1000\n    idle_timeout_secs: 3\n    auth: {{ bearer_token: s3cret }}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            out.display()
+        ),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            nofile: Some(512),
+            ..Default::default()
+        },
+    );
+    let request = |msg: &str| {
+        ExportLogsServiceRequest {
+            resource_logs: vec![opentelemetry_proto::tonic::logs::v1::ResourceLogs {
+                scope_logs: vec![opentelemetry_proto::tonic::logs::v1::ScopeLogs {
+                    log_records: vec![opentelemetry_proto::tonic::logs::v1::LogRecord {
+                        body: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                            value: Some(
+                                opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                                    msg.to_string(),
+                                ),
+                            ),
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    let proto = [("Content-Type", "application/x-protobuf")];
+    let authed = [
+        ("Content-Type", "application/x-protobuf"),
+        ("Authorization", "Bearer s3cret"),
+    ];
+    // The token is checked.
+    let (status, body) = post(http, "/v1/logs", &proto, &request("no token"));
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = post(http, "/v1/logs", &authed, &request("before"));
+    assert_eq!(status, 200, "{body}");
+    // A body that claims gzip and is not: the answer says so.
+    let mut gz = authed.to_vec();
+    gz.push(("Content-Encoding", "gzip"));
+    let (status, body) = post(http, "/v1/logs", &gz, &request("not gzip"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("not valid gzip"), "{body}");
+    // The flood.
+    let mut held = Vec::new();
+    for _ in 0..600 {
+        match std::net::TcpStream::connect(("127.0.0.1", grpc)) {
+            Ok(s) => held.push(s),
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    let refused = source_error("flood", "opentelemetry_0", "connection_refused");
+    wait_for(
+        LONG,
+        "connections past the descriptor reserve refused",
+        || match agent.metric_or_zero("petrel_component_errors_total", &refused) {
+            n if n >= 50.0 => Ok(()),
+            n => Err(format!("{n} refused")),
+        },
+    );
+    let pid = agent.pid();
+    let before = cpu_secs(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    for path in ["/health", "/metrics"] {
+        let (status, body) = agent
+            .http_get(path)
+            .unwrap_or_else(|e| panic!("{path} unreachable during the flood: {e}"));
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    // No accept loop spinning on EMFILE: a spinning thread burns a core.
+    let used = cpu_secs(pid) - before;
+    assert!(
+        used < 0.5,
+        "the agent used {used:.2} CPU s in 2 s while the connections were held"
+    );
+    assert!(
+        agent.stderr().matches("accept failed").count() < 20,
+        "accept errors logged in a loop"
+    );
+    // Idle connections are closed after idle_timeout_secs...
+    let idle = source_error("flood", "opentelemetry_0", "idle_timeout");
+    // Every connection was either refused at once or accepted and held.
+    let accepted = 600.0 - agent.metric_or_zero("petrel_component_errors_total", &refused);
+    assert!(
+        accepted >= 100.0,
+        "only {accepted} of 600 accepted under ulimit -n 512"
+    );
+    wait_for(LONG, "the silent connections closed", || {
+        match agent.metric_or_zero("petrel_component_errors_total", &idle) {
+            n if n >= accepted => Ok(()),
+            n => Err(format!("{n} of {accepted} closed as idle")),
+        }
+    });
+    // ... and requests are served again, on both listeners.
+    let (status, body) = post(http, "/v1/logs", &authed, &request("after"));
+    assert_eq!(status, 200, "{body}");
+    drop(held);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let grpc_status = |token: Option<&str>| {
+        rt.block_on(async {
+            use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+            let mut c = LogsServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
+                .await
+                .expect("gRPC connect");
+            let mut req = tonic::Request::new(
+                ExportLogsServiceRequest::decode(&request("over grpc")[..]).unwrap(),
+            );
+            if let Some(t) = token {
+                req.metadata_mut()
+                    .insert("authorization", format!("Bearer {t}").parse().unwrap());
+            }
+            c.export(req).await.map(|_| ()).map_err(|s| s.code())
+        })
+    };
+    assert_eq!(grpc_status(None), Err(tonic::Code::Unauthenticated));
+    assert_eq!(
+        grpc_status(Some("wrong")),
+        Err(tonic::Code::Unauthenticated)
+    );
+    assert_eq!(grpc_status(Some("s3cret")), Ok(()));
+    wait_for(LONG, "the accepted records in the file", || {
+        let msgs: Vec<String> = json_lines(&out)
+            .iter()
+            .filter_map(|v| v["message"].as_str().map(String::from))
+            .collect();
+        if msgs.len() == 3 {
+            Ok(())
+        } else {
+            Err(format!("{msgs:?}"))
+        }
+    });
+    let msgs: HashSet<String> = json_lines(&out)
+        .iter()
+        .filter_map(|v| v["message"].as_str().map(String::from))
+        .collect();
+    let want: HashSet<String> = ["before", "after", "over grpc"].map(String::from).into();
+    assert_eq!(msgs, want);
+    let unauthorized = source_error("flood", "opentelemetry_0", "unauthorized");
+    assert_eq!(
+        agent.metric_or_zero("petrel_component_errors_total", &unauthorized),
+        3.0
+    );
 }

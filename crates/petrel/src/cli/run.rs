@@ -159,6 +159,9 @@ enum Control {
 
 fn run(a: RunArgs) -> Result<(), RunError> {
     let pipelines = config::load(&a.config).map_err(RunError::Config)?;
+    for w in pipelines.iter().flat_map(|p| &p.warnings) {
+        tracing::warn!("{}:{}:{}: {}", w.file, w.line, w.col, w.message);
+    }
     // Checked before anything is bound or created, so that a second agent
     // or an unwritable directory fails with nothing half started.
     let _lock = data_dir::lock(&a.data_dir)?;

@@ -11,6 +11,9 @@ use crate::config;
 pub fn main(config: &Path) -> ExitCode {
     match config::load(config) {
         Ok(p) => {
+            for w in p.iter().flat_map(|p| &p.warnings) {
+                println!("{}:{}:{}: warning: {}", w.file, w.line, w.col, w.message);
+            }
             println!("{}: {} pipeline(s) valid", config.display(), p.len());
             ExitCode::SUCCESS
         }

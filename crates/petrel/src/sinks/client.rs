@@ -106,3 +106,170 @@ pub async fn answer_text(resp: reqwest::Response) -> String {
         .take(1024)
         .collect()
 }
+
+/// Why a request got no answer, as `error_type` and as a log text that
+/// names it: an operator must tell a dead store (refused) from a slow one
+/// (timeout), a certificate problem (tls) and a wrong host name (dns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendFailure {
+    /// `timeout`, `connection_refused`, `tls`, `dns` or `connection_failed`.
+    pub error_type: &'static str,
+    /// What happened, with the address and, for a timeout, the timeout.
+    pub message: String,
+}
+
+/// Texts of TLS failures as rustls words them (lower case), for errors
+/// whose chain does not carry the `rustls::Error` itself.
+const TLS_TEXTS: &[&str] = &[
+    "certificate",
+    "handshake",
+    "invalid peer",
+    "received corrupt message",
+    "received fatal alert",
+    "peer is incompatible",
+    "peer misbehaved",
+    "tls",
+];
+
+/// Classifies an error of `reqwest` for a request to `url` made with the
+/// request timeout `timeout`.
+pub fn send_failure(e: &reqwest::Error, url: &str, timeout: Duration) -> SendFailure {
+    classify_failure(
+        e.is_timeout(),
+        e.is_connect(),
+        e as &(dyn std::error::Error + 'static),
+        url,
+        timeout,
+    )
+}
+
+/// [`send_failure`] for any error chain (the gRPC client's transport
+/// errors too): `timed_out` and `connecting` say what the client knows.
+pub fn classify_failure(
+    timed_out: bool,
+    connecting: bool,
+    e: &(dyn std::error::Error + 'static),
+    url: &str,
+    timeout: Duration,
+) -> SendFailure {
+    let mut kind = None;
+    let mut texts = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        texts.push(err.to_string());
+        if kind.is_none() {
+            if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                kind = match io.kind() {
+                    std::io::ErrorKind::ConnectionRefused => Some("connection_refused"),
+                    std::io::ErrorKind::TimedOut => Some("timeout"),
+                    _ => io
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                        .map(|_| "tls"),
+                };
+            } else if err.downcast_ref::<rustls::Error>().is_some() {
+                kind = Some("tls");
+            }
+        }
+        cur = err.source();
+    }
+    let all = texts.join(": ").to_ascii_lowercase();
+    let kind = kind.unwrap_or(
+        if timed_out || all.contains("timed out") || all.contains("timeout expired") {
+            "timeout"
+        } else if all.contains("dns error") || all.contains("failed to lookup address") {
+            "dns"
+        } else if all.contains("connection refused") {
+            "connection_refused"
+        } else if TLS_TEXTS.iter().any(|t| all.contains(t)) {
+            "tls"
+        } else {
+            "connection_failed"
+        },
+    );
+    let detail = texts.last().cloned().unwrap_or_default();
+    let message = match kind {
+        "timeout" if connecting => format!(
+            "timeout: no connection to {url} within the {} ms timeout (`timeout_ms`): the address does not answer",
+            timeout.as_millis()
+        ),
+        "timeout" => format!(
+            "timeout: {url} accepted the request but did not answer within the {} ms timeout (`timeout_ms`): a slow or stalled server",
+            timeout.as_millis()
+        ),
+        "connection_refused" => format!(
+            "connection refused by {url}: nothing listens there (the server is down or the port is wrong)"
+        ),
+        "tls" => format!("TLS failure with {url}: {detail} (check `tls`: ca_file, the server's certificate and name)"),
+        "dns" => format!("DNS failure for {url}: {detail} (check the host name)"),
+        _ => format!("connection to {url} failed: {}", texts.join(": ")),
+    };
+    SendFailure {
+        error_type: kind,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    fn failure(url: &str, timeout: Duration) -> SendFailure {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = reqwest::Client::builder().timeout(timeout).build().unwrap();
+            let e = client.get(url).send().await.expect_err("must fail");
+            send_failure(&e, url, timeout)
+        })
+    }
+
+    #[test]
+    fn a_closed_port_is_connection_refused() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/");
+        let f = failure(&url, Duration::from_secs(5));
+        assert_eq!(f.error_type, "connection_refused", "{f:?}");
+        assert!(f.message.contains(&url), "{f:?}");
+    }
+
+    #[test]
+    fn a_server_that_never_answers_is_a_timeout_naming_the_timeout() {
+        // Accepts (the kernel's backlog does) and never answers.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", l.local_addr().unwrap());
+        let f = failure(&url, Duration::from_millis(300));
+        assert_eq!(f.error_type, "timeout", "{f:?}");
+        assert!(f.message.contains("300 ms"), "{f:?}");
+        assert!(f.message.contains("did not answer"), "{f:?}");
+        drop(l);
+    }
+
+    #[test]
+    fn a_server_that_is_not_tls_is_a_tls_failure() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = l.accept() {
+                let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\n\r\nnot tls");
+            }
+        });
+        let url = format!("https://{addr}/");
+        let f = failure(&url, Duration::from_secs(5));
+        assert_eq!(f.error_type, "tls", "{f:?}");
+    }
+
+    #[test]
+    fn an_unknown_host_is_a_dns_failure() {
+        let url = "http://petrel-no-such-host.invalid:9/";
+        let f = failure(url, Duration::from_secs(10));
+        assert_eq!(f.error_type, "dns", "{f:?}");
+        assert!(f.message.contains("DNS"), "{f:?}");
+    }
+}

@@ -30,11 +30,10 @@ use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
-use super::client::{answer_text, parse_auth, parse_tls, retry_after, Auth, Tls};
+use super::client::{answer_text, parse_auth, parse_tls, retry_after, send_failure, Auth, Tls};
 use super::congestion::{Backoff, Window};
 use super::http::{
-    compress_shared, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression,
-    Request, RequestSender,
+    compress_shared, run_batched, BatchShape, BodyEncoding, Compression, Request, RequestSender,
 };
 use super::template::Template;
 
@@ -647,7 +646,7 @@ enum Answer {
     Items(Vec<(u16, String)>),
     /// The request did not get through (connection error, 408, 429,
     /// 5xx): everything is sent again after the delay.
-    Retry(Option<Duration>),
+    Retry(Option<Duration>, &'static str),
     /// 401/403/404 for the whole request: the data waits.
     Hold(u16, String),
     /// 413: too large, split it.
@@ -687,9 +686,14 @@ impl ElasticsearchSink {
         let resp = match self.with_auth(self.client.get(e.base.clone())).send().await {
             Ok(r) => r,
             Err(err) => {
-                tracing::warn!(error = %err, url = %e.base, "elasticsearch sink: cannot reach the server");
+                let f = send_failure(&err, e.base.as_str(), self.config.timeout);
+                tracing::warn!(
+                    error_type = f.error_type,
+                    "elasticsearch sink: cannot reach the server: {}",
+                    f.message
+                );
                 self.endpoint_failed(e);
-                return Err(Answer::Retry(None));
+                return Err(Answer::Retry(None, f.error_type));
             }
         };
         let status = resp.status().as_u16();
@@ -698,7 +702,7 @@ impl ElasticsearchSink {
         }
         if !resp.status().is_success() {
             self.endpoint_failed(e);
-            return Err(Answer::Retry(retry_after(&resp)));
+            return Err(Answer::Retry(retry_after(&resp), "request_failed"));
         }
         let v: serde_json::Value = match resp.bytes().await {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
@@ -743,9 +747,14 @@ impl ElasticsearchSink {
         let resp = match self.with_auth(rb).send().await {
             Ok(r) => r,
             Err(err) => {
-                tracing::warn!(error = %err, url = %e.base, "elasticsearch sink: bulk request failed");
+                let f = send_failure(&err, e.bulk.as_str(), self.config.timeout);
+                tracing::warn!(
+                    error_type = f.error_type,
+                    "elasticsearch sink: bulk request failed: {}",
+                    f.message
+                );
                 self.endpoint_failed(e);
-                return Answer::Retry(None);
+                return Answer::Retry(None, f.error_type);
             }
         };
         let status = resp.status().as_u16();
@@ -755,7 +764,7 @@ impl ElasticsearchSink {
                 Err(err) => {
                     tracing::warn!(error = %err, "elasticsearch sink: bulk answer cut short");
                     self.endpoint_failed(e);
-                    return Answer::Retry(None);
+                    return Answer::Retry(None, "request_failed");
                 }
             };
             self.endpoint_ok(e);
@@ -785,11 +794,11 @@ impl ElasticsearchSink {
                         answered = a.items.len(),
                         "elasticsearch sink: the bulk answer does not match the request; sending it again"
                     );
-                    Answer::Retry(None)
+                    Answer::Retry(None, "request_failed")
                 }
                 Err(err) => {
                     tracing::error!(error = %err, "elasticsearch sink: unreadable bulk answer; sending it again");
-                    Answer::Retry(None)
+                    Answer::Retry(None, "request_failed")
                 }
             };
         }
@@ -799,7 +808,7 @@ impl ElasticsearchSink {
             if status != 429 {
                 self.endpoint_failed(e);
             }
-            return Answer::Retry(after);
+            return Answer::Retry(after, "request_failed");
         }
         if status == 413 {
             self.metrics.error("request_too_large", 1);
@@ -848,13 +857,23 @@ impl ElasticsearchSink {
         };
         let answer = format!("{reason} (action {})", String::from_utf8_lossy(action));
         let url = self.endpoints[0].base.as_str();
-        match write_dead_letter(path, doc, status, &answer, self.metrics.health_key(), url) {
+        let refusal = super::dead_letter::Refusal {
+            status,
+            answer: &answer,
+            sink: self.metrics.health_key(),
+            url,
+        };
+        match super::dead_letter::write(path, [doc], refusal) {
             Ok(()) => {
                 self.metrics.discarded("dead_letter", 1);
                 true
             }
             Err(e) => {
                 self.metrics.error("dead_letter_failed", 1);
+                self.metrics.failing(format!(
+                    "cannot write the dead letter file {}: {e}",
+                    path.display()
+                ));
                 self.loud(
                     status,
                     reason,
@@ -943,8 +962,8 @@ impl ElasticsearchSink {
                         tokio::time::sleep(delay).await;
                         pending = retry;
                     }
-                    Answer::Retry(after) => {
-                        self.metrics.error("request_failed", 1);
+                    Answer::Retry(after, error_type) => {
+                        self.metrics.error(error_type, 1);
                         self.metrics.failing("bulk requests fail".to_string());
                         dm.retried_events.inc_by(pending.len() as u64);
                         window.on_failure();

@@ -648,8 +648,14 @@ impl HttpSink {
         let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, "http sink: request failed");
-                return Outcome::Retry(None, "request_failed");
+                let f =
+                    super::client::send_failure(&e, self.config.url.as_str(), self.config.timeout);
+                tracing::warn!(
+                    error_type = f.error_type,
+                    "http sink: request failed: {}",
+                    f.message
+                );
+                return Outcome::Retry(None, f.error_type);
             }
         };
         let status = resp.status().as_u16();
@@ -730,13 +736,15 @@ impl HttpSink {
         status: u16,
         answer: &str,
     ) -> std::io::Result<()> {
-        write_dead_letter(
+        super::dead_letter::write(
             path,
-            record,
-            status,
-            answer,
-            self.metrics.health_key(),
-            self.config.url.as_str(),
+            [record],
+            super::dead_letter::Refusal {
+                status,
+                answer,
+                sink: self.metrics.health_key(),
+                url: self.config.url.as_str(),
+            },
         )
     }
 
@@ -817,6 +825,10 @@ impl HttpSink {
                             }
                             Err(e) => {
                                 self.metrics.error("dead_letter_failed", 1);
+                                self.metrics.failing(format!(
+                                    "cannot write the dead letter file {}: {e}",
+                                    path.display()
+                                ));
                                 self.loud(status, &text, &format!(
                                     "cannot write the dead letter file {}: {e}; the record is retried", path.display()
                                 ));
@@ -831,42 +843,6 @@ impl HttpSink {
         dm.latency.observe(started.elapsed().as_secs_f64());
         req.acks.delivered = true;
     }
-}
-
-/// Appends one record a destination refused to the dead-letter file
-/// `path`, with the status and answer: one JSON object per line, the same
-/// shape for every sink that sets records aside.
-pub(super) fn write_dead_letter(
-    path: &std::path::Path,
-    record: &[u8],
-    status: u16,
-    answer: &str,
-    sink: &str,
-    url: &str,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let record = serde_json::from_slice::<serde_json::Value>(record).unwrap_or_else(|_| {
-        serde_json::Value::String(String::from_utf8_lossy(record).into_owned())
-    });
-    let mut line = serde_json::json!({
-        "reason": "refused by the endpoint",
-        "status": status,
-        "answer": answer,
-        "sink": sink,
-        "url": url,
-        "record": record,
-    })
-    .to_string();
-    line.push('\n');
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    f.write_all(line.as_bytes())?;
-    f.sync_data()
 }
 
 /// Like [`compress`], for a body that may be sent as it is: without

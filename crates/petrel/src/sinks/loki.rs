@@ -39,11 +39,12 @@ use prometheus_client::metrics::counter::Counter;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
-use super::client::{answer_text, env_str, parse_auth, parse_tls, retry_after, Auth, Tls};
+use super::client::{
+    answer_text, env_str, parse_auth, parse_tls, retry_after, send_failure, Auth, Tls,
+};
 use super::congestion::{Backoff, Window};
 use super::http::{
-    compress, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression, Request,
-    RequestSender,
+    compress, run_batched, BatchShape, BodyEncoding, Compression, Request, RequestSender,
 };
 use super::template::Template;
 
@@ -731,7 +732,7 @@ struct Entry {
 /// What to do after an answer.
 enum Answer {
     Delivered,
-    Retry(Option<Duration>),
+    Retry(Option<Duration>, &'static str),
     Hold(u16, &'static str, String),
     TooLarge,
     Refused(u16, String),
@@ -911,7 +912,7 @@ impl LokiSink {
                 Ok(b) => (b, "application/x-protobuf", None),
                 Err(e) => {
                     tracing::error!(error = %e, "loki sink: snappy compression failed");
-                    return Answer::Retry(None);
+                    return Answer::Retry(None, "request_failed");
                 }
             },
             WireEncoding::Json => match compress(self.config.compression, raw) {
@@ -922,7 +923,7 @@ impl LokiSink {
                 ),
                 Err(e) => {
                     tracing::error!(error = %e, "loki sink: compression failed");
-                    return Answer::Retry(None);
+                    return Answer::Retry(None, "request_failed");
                 }
             },
         };
@@ -945,8 +946,13 @@ impl LokiSink {
         let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, url = %self.config.url, "loki sink: request failed");
-                return Answer::Retry(None);
+                let f = send_failure(&e, self.config.url.as_str(), self.config.timeout);
+                tracing::warn!(
+                    error_type = f.error_type,
+                    "loki sink: request failed: {}",
+                    f.message
+                );
+                return Answer::Retry(None, f.error_type);
             }
         };
         let status = resp.status().as_u16();
@@ -957,7 +963,7 @@ impl LokiSink {
         if matches!(status, 408 | 429) || resp.status().is_server_error() {
             let after = retry_after(&resp);
             tracing::warn!(status, url = %self.config.url, "loki sink: retryable answer");
-            return Answer::Retry(after);
+            return Answer::Retry(after, "request_failed");
         }
         let text = answer_text(resp).await;
         match status {
@@ -1046,8 +1052,8 @@ impl LokiSink {
                         self.metrics.sent_events.inc_by(range.len() as u64);
                         break;
                     }
-                    Answer::Retry(after) => {
-                        self.metrics.error("request_failed", 1);
+                    Answer::Retry(after, error_type) => {
+                        self.metrics.error(error_type, 1);
                         self.metrics
                             .failing(format!("pushes to {} fail", self.config.url));
                         dm.retried_events.inc_by(range.len() as u64);
@@ -1117,27 +1123,35 @@ impl LokiSink {
             ));
             return false;
         };
-        for e in entries {
-            let rec = self.dead_record(&recs.body[recs.ranges[e.record as usize].clone()]);
-            if let Err(err) = write_dead_letter(
-                path,
-                &rec,
+        // All entries of the push in one write: a failure leaves none of
+        // them in the file, so the retry writes each exactly once.
+        let records: Vec<Vec<u8>> = entries
+            .iter()
+            .map(|e| self.dead_record(&recs.body[recs.ranges[e.record as usize].clone()]))
+            .collect();
+        let refusal = super::dead_letter::Refusal {
+            status,
+            answer: text,
+            sink: self.metrics.health_key(),
+            url: self.config.url.as_str(),
+        };
+        if let Err(err) =
+            super::dead_letter::write(path, records.iter().map(|r| r.as_slice()), refusal)
+        {
+            self.metrics.error("dead_letter_failed", 1);
+            self.metrics.failing(format!(
+                "cannot write the dead letter file {}: {err}",
+                path.display()
+            ));
+            self.loud(
                 status,
                 text,
-                self.metrics.health_key(),
-                self.config.url.as_str(),
-            ) {
-                self.metrics.error("dead_letter_failed", 1);
-                self.loud(
-                    status,
-                    text,
-                    &format!(
-                        "cannot write the dead letter file {}: {err}; the entries are retried",
-                        path.display()
-                    ),
-                );
-                return false;
-            }
+                &format!(
+                    "cannot write the dead letter file {}: {err}; the entries are retried",
+                    path.display()
+                ),
+            );
+            return false;
         }
         tracing::warn!(status, answer = %text, entries = entries.len(), path = %path.display(), "loki sink: entries refused by the server were written to the dead letter file");
         self.metrics.discarded("dead_letter", entries.len() as u64);

@@ -7,6 +7,7 @@
 pub mod blackhole;
 pub mod client;
 pub mod congestion;
+pub mod dead_letter;
 #[cfg(feature = "elasticsearch")]
 pub mod elasticsearch;
 pub mod file;

@@ -50,8 +50,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONT
 
 use super::congestion::{Backoff, Window};
 use super::http::{
-    compress, parse_headers, run_batched, write_dead_letter, BatchShape, BodyEncoding, Compression,
-    Request, RequestSender,
+    compress, parse_headers, run_batched, BatchShape, BodyEncoding, Compression, Request,
+    RequestSender,
 };
 use super::tls::{parse_tls, Tls};
 
@@ -827,8 +827,9 @@ fn rejected_in(body: &[u8], json: bool) -> (i64, String) {
 enum Outcome {
     /// Accepted; the number of records the server rejected anyway.
     Delivered(i64, String),
-    /// Retry after a backoff or the wait asked for.
-    Retry(Option<Duration>, String),
+    /// Retry after a backoff or the wait asked for; the `error_type` and
+    /// what happened.
+    Retry(Option<Duration>, &'static str, String),
     /// 401, 403, 404 and their gRPC peers: the data waits.
     Auth(u16, &'static str, String),
     /// The server refuses some record of the request.
@@ -1075,7 +1076,7 @@ impl OtlpSink {
 
     async fn post(&self, body: bytes::Bytes) -> Outcome {
         let Some(client) = &self.http else {
-            return Outcome::Retry(None, "no client".into());
+            return Outcome::Retry(None, "request_failed", "no client".into());
         };
         let json = self.config.encoding == OtlpEncoding::Json;
         let mut rb = client
@@ -1094,7 +1095,14 @@ impl OtlpSink {
         }
         let resp = match rb.send().await {
             Ok(r) => r,
-            Err(e) => return Outcome::Retry(None, format!("request failed: {e}")),
+            Err(e) => {
+                let f = super::client::send_failure(
+                    &e,
+                    self.config.endpoint.as_str(),
+                    self.config.timeout,
+                );
+                return Outcome::Retry(None, f.error_type, f.message);
+            }
         };
         let status = resp.status().as_u16();
         if resp.status().is_success() {
@@ -1109,7 +1117,7 @@ impl OtlpSink {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|s| s.trim().parse::<u64>().ok())
                 .map(|s| Duration::from_secs(s.min(300)));
-            return Outcome::Retry(after, format!("answered {status}"));
+            return Outcome::Retry(after, "request_failed", format!("answered {status}"));
         }
         let text: String = resp
             .text()
@@ -1126,10 +1134,30 @@ impl OtlpSink {
         }
     }
 
+    /// The `error_type` and log text of a retryable gRPC status: a status
+    /// the client made up for a transport failure (no connection, the
+    /// request timeout) says which; one the server answered is
+    /// `request_failed` with its text.
+    fn grpc_failure(&self, s: &tonic::Status, text: String) -> (&'static str, String) {
+        let timed_out = s.code() == tonic::Code::DeadlineExceeded
+            || s.message().to_ascii_lowercase().contains("timeout expired");
+        if timed_out || std::error::Error::source(s).is_some() {
+            let f = super::client::classify_failure(
+                timed_out,
+                false,
+                s,
+                self.config.endpoint.as_str(),
+                self.config.timeout,
+            );
+            return (f.error_type, f.message);
+        }
+        ("request_failed", text)
+    }
+
     async fn export(&self, body: bytes::Bytes) -> Outcome {
         use tonic::Code;
         let Some(ep) = &self.grpc else {
-            return Outcome::Retry(None, "no client".into());
+            return Outcome::Retry(None, "request_failed", "no client".into());
         };
         let mut g = self
             .channel
@@ -1143,7 +1171,14 @@ impl OtlpSink {
             })
             .clone();
         if let Err(e) = g.ready().await {
-            return Outcome::Retry(None, format!("connection failed: {e}"));
+            let f = super::client::classify_failure(
+                false,
+                true,
+                &e,
+                self.config.endpoint.as_str(),
+                self.config.timeout,
+            );
+            return Outcome::Retry(None, f.error_type, f.message);
         }
         let mut req = tonic::Request::new(body);
         for (k, v) in &self.metadata {
@@ -1170,7 +1205,10 @@ impl OtlpSink {
                     | Code::DeadlineExceeded
                     | Code::Cancelled
                     | Code::OutOfRange
-                    | Code::DataLoss => Outcome::Retry(rpc::retry_delay(s.details()), text),
+                    | Code::DataLoss => {
+                        let (error_type, why) = self.grpc_failure(&s, text);
+                        Outcome::Retry(rpc::retry_delay(s.details()), error_type, why)
+                    }
                     Code::Unauthenticated => Outcome::Auth(401, "unauthorized", text),
                     Code::PermissionDenied => Outcome::Auth(403, "forbidden", text),
                     Code::Unimplemented => Outcome::Auth(404, "not_found", text),
@@ -1244,9 +1282,9 @@ impl OtlpSink {
                         self.metrics.sent_bytes.inc_by(body.len() as u64);
                         break;
                     }
-                    Outcome::Retry(after, why) => {
-                        tracing::warn!(reason = %why, endpoint = %url, "opentelemetry sink: retryable failure");
-                        self.metrics.error("request_failed", 1);
+                    Outcome::Retry(after, error_type, why) => {
+                        tracing::warn!(error_type, endpoint = %url, "opentelemetry sink: retryable failure: {why}");
+                        self.metrics.error(error_type, 1);
                         self.metrics.failing(format!("deliveries to {url} fail"));
                         dm.retried_events.inc_by(range.len() as u64);
                         window.on_failure();
@@ -1283,14 +1321,13 @@ impl OtlpSink {
                             continue;
                         };
                         let json = record_json(record);
-                        match write_dead_letter(
-                            &path,
-                            &json,
+                        let refusal = super::dead_letter::Refusal {
                             status,
-                            &text,
-                            self.metrics.health_key(),
-                            &url,
-                        ) {
+                            answer: &text,
+                            sink: self.metrics.health_key(),
+                            url: &url,
+                        };
+                        match super::dead_letter::write(&path, [json.as_slice()], refusal) {
                             Ok(()) => {
                                 tracing::warn!(status, path = %path.display(), "opentelemetry sink: a record refused by the server was written to the dead letter file");
                                 self.metrics.discarded("dead_letter", 1);
@@ -1298,6 +1335,10 @@ impl OtlpSink {
                             }
                             Err(e) => {
                                 self.metrics.error("dead_letter_failed", 1);
+                                self.metrics.failing(format!(
+                                    "cannot write the dead letter file {}: {e}",
+                                    path.display()
+                                ));
                                 self.loud(status, &text, &format!(
                                     "cannot write the dead letter file {}: {e}; the record is retried", path.display()
                                 ));

@@ -20,9 +20,6 @@
 //! `buffer: {type: disk}` durable in the spool. When the buffer is full the
 //! answer is 503 with `Retry-After`, never a connection held open.
 
-use std::convert::Infallible;
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,14 +32,15 @@ use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::LazyCounter;
 use petrel_core::{Event, EventBatch, Span, Value};
-use tokio::sync::{watch, Semaphore};
 
+use super::net::body;
 use super::net::intake::{self, Admission, Intake};
+use super::net::server;
 use super::net::stream::StreamCounters;
 use super::net::tls::TlsOptions;
 use super::net::{
     now_ns, parse_address, Block, BufferOptions, ConnLimits, Decode, ListenAddr, NetRuntime,
-    OtherReceiver, Receiver, RunningNet,
+    Receiver, RunningNet,
 };
 use crate::processors::parse_json::JsonParser;
 
@@ -88,12 +86,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     crate::sources::net::MAX_CONNECTIONS_DOC,
     crate::sources::net::IDLE_TIMEOUT_DOC,
     crate::sources::net::tls::TLS_DOC,
-    petrel_core::plugin::KeyDoc {
-        name: "auth",
-        kind: petrel_core::plugin::KeyKind::Map,
-        default: None,
-        doc: r#"`{bearer_token}`: requests must carry `Authorization: Bearer <token>` (401 otherwise); `${ENV}` expanded at load."#,
-    },
+    crate::sources::net::server::AUTH_DOC,
     petrel_core::plugin::KeyDoc {
         name: "buffer",
         kind: petrel_core::plugin::KeyKind::Map,
@@ -111,8 +104,6 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
     parse: |m| HttpSourceConfig::parse(m).map(|c| Arc::new(c) as _),
 };
 
-/// Reading a request's headers may take this long (slow clients).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reading a body may take this long.
 const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request waits for admission before 503.
@@ -149,41 +140,7 @@ impl HttpSourceConfig {
         };
         let max_body_bytes = map.u64("max_body_bytes", true).unwrap_or(10 << 20) as usize;
         let tls = TlsOptions::parse(&map);
-        let mut token_ok = true;
-        let bearer_token = match map.get("auth") {
-            None => None,
-            Some(n) => match n.as_map(&["bearer_token"]) {
-                Some(m) => match m.required("bearer_token", "\"${PETREL_HTTP_TOKEN}\"") {
-                    Some(t) => match t.as_str().map(|s| {
-                        petrel_core::config::expand_env(s, |name| std::env::var(name).ok())
-                    }) {
-                        Some(Err(e)) => {
-                            t.error(e);
-                            token_ok = false;
-                            None
-                        }
-                        Some(Ok(s)) if !s.is_empty() => Some(s.into_owned()),
-                        Some(_) => {
-                            t.error("`bearer_token` is empty (an unset environment variable?); set it or remove `auth`");
-                            token_ok = false;
-                            None
-                        }
-                        None => {
-                            token_ok = false;
-                            None
-                        }
-                    },
-                    None => {
-                        token_ok = false;
-                        None
-                    }
-                },
-                None => {
-                    token_ok = false;
-                    None
-                }
-            },
-        };
+        let bearer_token = server::parse_bearer_auth(&map);
         let buffer = BufferOptions::parse(&map);
         if let Some(b) = buffer.as_ref().filter(|b| b.disk) {
             // A request is one spool record: a body that cannot fit (with
@@ -206,16 +163,13 @@ impl HttpSourceConfig {
             ListenAddr::Inet(a) => a,
             ListenAddr::Unix(_) => return None,
         };
-        if !token_ok {
-            return None;
-        }
         Some(Self {
             address,
             path: path?,
             max_body_bytes: max_body_bytes.max(1024),
             limits: ConnLimits::parse(&map),
             tls: tls?,
-            bearer_token,
+            bearer_token: bearer_token?,
             buffer: buffer?,
         })
     }
@@ -252,17 +206,18 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
             parse_failed: ctx.metrics.error_counter("parse_failed"),
         });
         let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "http")?;
-        let started = (|| -> anyhow::Result<HttpServer> {
+        let started = (|| -> anyhow::Result<server::ServerHandle> {
             let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
             let m = &ctx.metrics;
             let shared = Arc::new(Shared {
                 path: self.path.clone(),
                 max_body: self.max_body_bytes,
-                auth: self
-                    .bearer_token
-                    .as_ref()
-                    .map(|t| HeaderValue::from_str(&format!("Bearer {t}")))
-                    .transpose()?,
+                auth: match &self.bearer_token {
+                    None => None,
+                    Some(t) => Some(server::bearer_header(t).ok_or_else(|| {
+                        anyhow::anyhow!("`auth.bearer_token` is not a valid header value")
+                    })?),
+                },
                 intake,
                 counters: HttpCounters {
                     stream: StreamCounters::new(&ctx),
@@ -273,7 +228,19 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
                     timeouts: m.error_counter("body_timeout"),
                 },
             });
-            serve(rt.handle(), self.address, tls, self.limits, shared)
+            let counters = shared.counters.stream.clone();
+            let handler: server::Handler = Arc::new(move |req, peer| {
+                let shared = shared.clone();
+                Box::pin(async move { handle(req, &shared, peer).await })
+            });
+            server::serve_http(
+                rt.handle(),
+                self.address,
+                tls,
+                self.limits,
+                counters,
+                handler,
+            )
         })();
         let server = match started {
             Ok(s) => s,
@@ -289,115 +256,6 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
             Some(rt),
         )))
     }
-}
-
-struct HttpServer {
-    stop: watch::Sender<bool>,
-    alive: Arc<AtomicBool>,
-}
-
-impl OtherReceiver for HttpServer {
-    fn stop(&mut self) {
-        let _ = self.stop.send(true);
-    }
-
-    fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst)
-    }
-}
-
-fn serve(
-    rt: &tokio::runtime::Handle,
-    addr: std::net::SocketAddr,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    limits: ConnLimits,
-    shared: Arc<Shared>,
-) -> anyhow::Result<HttpServer> {
-    let std = std::net::TcpListener::bind(addr)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    std.set_nonblocking(true)?;
-    let listener = {
-        let _g = rt.enter();
-        tokio::net::TcpListener::from_std(std)?
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let alive = Arc::new(AtomicBool::new(true));
-    let alive2 = alive.clone();
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    rt.spawn(async move {
-        let mut stop = stop_rx.clone();
-        loop {
-            let (sock, peer) = tokio::select! {
-                a = listener.accept() => match a {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                _ = stop.changed() => break,
-            };
-            let c = &shared.counters.stream;
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
-                c.refused.inc();
-                continue;
-            };
-            let peer: Arc<str> = peer.to_string().into();
-            let (shared, acceptor, mut stop) = (shared.clone(), acceptor.clone(), stop_rx.clone());
-            let idle = limits.idle_timeout;
-            tokio::spawn(async move {
-                let _permit = permit;
-                let c = shared.counters.stream.clone();
-                c.connections.inc();
-                let svc = {
-                    let (shared, peer) = (shared.clone(), peer.clone());
-                    hyper::service::service_fn(move |req| {
-                        let (shared, peer) = (shared.clone(), peer.clone());
-                        async move { Ok::<_, Infallible>(handle(req, &shared, peer).await) }
-                    })
-                };
-                let builder = {
-                    let mut b = hyper::server::conn::http1::Builder::new();
-                    b.timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(HEADER_TIMEOUT);
-                    b
-                };
-                match acceptor {
-                    None => {
-                        let conn =
-                            builder.serve_connection(hyper_util::rt::TokioIo::new(sock), svc);
-                        tokio::select! {
-                            _ = tokio::time::timeout(idle, conn) => {}
-                            _ = stop.changed() => {}
-                        }
-                    }
-                    Some(a) => {
-                        match tokio::time::timeout(Duration::from_secs(10), a.accept(sock)).await {
-                            Ok(Ok(tls)) => {
-                                let conn = builder
-                                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
-                                tokio::select! {
-                                    _ = tokio::time::timeout(idle, conn) => {}
-                                    _ = stop.changed() => {}
-                                }
-                            }
-                            _ => {
-                                c.tls_failed.inc();
-                            }
-                        }
-                    }
-                }
-                c.connections.dec();
-            });
-        }
-        alive2.store(false, Ordering::SeqCst);
-    });
-    Ok(HttpServer {
-        stop: stop_tx,
-        alive,
-    })
 }
 
 fn reply(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
@@ -426,20 +284,14 @@ async fn handle(req: Request<Incoming>, s: &Shared, peer: Arc<str>) -> Response<
             .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
         return r;
     }
-    if let Some(want) = &s.auth {
-        let ok = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .is_some_and(|got| constant_time_eq(got.as_bytes(), want.as_bytes()));
-        if !ok {
-            c.unauthorized.inc();
-            let mut r = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-            r.headers_mut().insert(
-                hyper::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
-            return r;
-        }
+    if !server::authorized(req.headers(), s.auth.as_ref()) {
+        c.unauthorized.inc();
+        let mut r = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        return r;
     }
     let declared = req
         .headers()
@@ -451,11 +303,25 @@ async fn handle(req: Request<Incoming>, s: &Shared, peer: Arc<str>) -> Response<
         return too_large(s.max_body);
     }
     let kind = body_kind(req.headers().get(CONTENT_TYPE));
-    let encoding = req
-        .headers()
-        .get(hyper::header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_ascii_lowercase());
+    let encoding = match body::Encoding::parse(
+        req.headers()
+            .get(hyper::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok()),
+        &[
+            body::Encoding::Gzip,
+            body::Encoding::Zstd,
+            body::Encoding::Lz4,
+        ],
+    ) {
+        Ok(e) => e,
+        Err(other) => {
+            c.bad_request.inc();
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &format!("unsupported Content-Encoding `{other}`; use gzip, zstd, lz4 or none"),
+            );
+        }
+    };
     let body = Limited::new(req.into_body(), s.max_body);
     let body = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
         Err(_) => {
@@ -477,33 +343,9 @@ async fn handle(req: Request<Incoming>, s: &Shared, peer: Arc<str>) -> Response<
         }
         Ok(Ok(b)) => b.to_bytes(),
     };
-    let body = match encoding.as_deref() {
-        None | Some("identity") | Some("") => body,
-        Some("gzip") | Some("x-gzip") => {
-            match inflate(flate2::read::MultiGzDecoder::new(&body[..]), s.max_body) {
-                Ok(b) => b,
-                Err(r) => return decode_error(r, c, s.max_body),
-            }
-        }
-        Some("zstd") => match zstd::stream::read::Decoder::new(&body[..]) {
-            Ok(d) => match inflate(d, s.max_body) {
-                Ok(b) => b,
-                Err(r) => return decode_error(r, c, s.max_body),
-            },
-            Err(_) => return decode_error(Inflate::Invalid, c, s.max_body),
-        },
-        // The LZ4 frame format (what `lz4 -c` writes), as the producer SDK sends it.
-        Some("lz4") => match inflate(lz4_flex::frame::FrameDecoder::new(&body[..]), s.max_body) {
-            Ok(b) => b,
-            Err(r) => return decode_error(r, c, s.max_body),
-        },
-        Some(other) => {
-            c.bad_request.inc();
-            return error(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                &format!("unsupported Content-Encoding `{other}`; use gzip, zstd, lz4 or none"),
-            );
-        }
+    let body = match body::decode(encoding, body, s.max_body) {
+        Ok(b) => b,
+        Err(e) => return decode_error(e, c, s.max_body),
     };
     let frames = match frames(&body, kind) {
         Ok(f) => f,
@@ -543,34 +385,16 @@ fn too_large(max: usize) -> Response<Full<Bytes>> {
     )
 }
 
-enum Inflate {
-    TooLarge,
-    Invalid,
-}
-
-fn decode_error(e: Inflate, c: &HttpCounters, max: usize) -> Response<Full<Bytes>> {
+fn decode_error(e: body::Inflate, c: &HttpCounters, max: usize) -> Response<Full<Bytes>> {
     match e {
-        Inflate::TooLarge => {
+        body::Inflate::TooLarge => {
             c.too_large.inc();
             too_large(max)
         }
-        Inflate::Invalid => {
+        body::Inflate::Invalid(_) => {
             c.bad_request.inc();
-            error(
-                StatusCode::BAD_REQUEST,
-                "the body does not match its Content-Encoding",
-            )
+            error(StatusCode::BAD_REQUEST, &e.message(max))
         }
-    }
-}
-
-/// Decompresses at most `max` bytes (a small bomb cannot grow past it).
-fn inflate(r: impl Read, max: usize) -> Result<Bytes, Inflate> {
-    let mut out = Vec::new();
-    match r.take(max as u64 + 1).read_to_end(&mut out) {
-        Ok(n) if n > max => Err(Inflate::TooLarge),
-        Ok(_) => Ok(out.into()),
-        Err(_) => Err(Inflate::Invalid),
     }
 }
 
@@ -648,13 +472,6 @@ fn frames(body: &[u8], kind: Kind) -> Result<Vec<Span>, String> {
     Ok(out)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// JSON frames become fields; text frames are messages.
 struct HttpDecode {
     parse_failed: LazyCounter,
@@ -729,50 +546,5 @@ mod tests {
             Kind::Json
         );
         assert_eq!(body_kind(None), Kind::Text);
-    }
-
-    #[test]
-    fn decompression_stops_at_the_limit() {
-        let big = vec![b'a'; 100_000];
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut gz, &big).unwrap();
-        let gz = gz.finish().unwrap();
-        assert!(gz.len() < 1000);
-        assert!(matches!(
-            inflate(flate2::read::MultiGzDecoder::new(&gz[..]), 50_000),
-            Err(Inflate::TooLarge)
-        ));
-        assert_eq!(
-            inflate(flate2::read::MultiGzDecoder::new(&gz[..]), 100_000)
-                .ok()
-                .map(|b| b.len()),
-            Some(100_000)
-        );
-        assert!(matches!(
-            inflate(flate2::read::MultiGzDecoder::new(&b"not gzip"[..]), 100),
-            Err(Inflate::Invalid)
-        ));
-    }
-
-    #[test]
-    fn lz4_frames_are_inflated_within_the_limit() {
-        let body = b"{\"a\":1}\n".repeat(10_000);
-        let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
-        std::io::Write::write_all(&mut enc, &body).unwrap();
-        let lz = enc.finish().unwrap();
-        assert!(lz.len() < body.len() / 10);
-        let got = inflate(lz4_flex::frame::FrameDecoder::new(&lz[..]), body.len()).ok();
-        assert_eq!(got.as_deref(), Some(&body[..]));
-        assert!(matches!(
-            inflate(lz4_flex::frame::FrameDecoder::new(&lz[..]), body.len() - 1),
-            Err(Inflate::TooLarge)
-        ));
-        assert!(matches!(
-            inflate(
-                lz4_flex::frame::FrameDecoder::new(&b"not lz4 at all"[..]),
-                100
-            ),
-            Err(Inflate::Invalid)
-        ));
     }
 }

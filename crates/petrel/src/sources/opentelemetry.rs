@@ -7,8 +7,16 @@
 //!     http_address: 127.0.0.1:4318     # POST /v1/logs, protobuf or JSON, gzip
 //!     max_body_bytes: 10MiB
 //!     tls: { cert_file: server.pem, key_file: server.key }   # both servers; ca_file: mutual TLS
+//!     auth: { bearer_token: "${OTLP_TOKEN}" }                 # both servers
+//!     max_connections: 1024            # per listener
+//!     idle_timeout_secs: 600
 //!     buffer: { type: disk, max_bytes: 256MiB }   # disk is the default
 //! ```
+//! Both listeners accept through the receiving sources' shared machinery
+//! (`super::net::server`): connections beyond `max_connections`, or that
+//! would leave the agent short of descriptors for its API and files, are
+//! closed at once and counted; silent ones are closed after
+//! `idle_timeout_secs`.
 //! A request is answered with success only once its records are in the
 //! buffer (with the default `buffer.type: disk`, durable in the spool).
 //! When the buffer is full the answer is HTTP 429 with `Retry-After` or
@@ -24,9 +32,7 @@
 //! `severity_number`, `observed_time_unix_nano`, ...), which the
 //! `opentelemetry` sink maps back exactly.
 
-use std::convert::Infallible;
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,11 +53,13 @@ use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::LazyCounter;
 use petrel_core::{Event, EventBatch, Key, Span, Value};
 use prost::Message;
-use tokio::sync::watch;
 
+use super::net::body;
 use super::net::intake::{self, Admission, Intake};
+use super::net::server;
+use super::net::stream::StreamCounters;
 use super::net::tls::TlsOptions;
-use super::net::{now_ns, Block, BufferOptions, NetRuntime, OtherReceiver, Receiver, RunningNet};
+use super::net::{now_ns, Block, BufferOptions, ConnLimits, NetRuntime, Receiver, RunningNet};
 use crate::sinks::opentelemetry::fields;
 
 /// Keys accepted by the opentelemetry source.
@@ -62,6 +70,9 @@ pub const KEYS: &[&str] = &[
     "http_address",
     "max_body_bytes",
     "tls",
+    "auth",
+    "max_connections",
+    "idle_timeout_secs",
     "buffer",
 ];
 
@@ -96,6 +107,9 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: None,
         doc: r#"`{cert_file, key_file}` (PEM) serves both gRPC and HTTP over TLS; with `ca_file`, clients must present a certificate signed by it."#,
     },
+    crate::sources::net::server::AUTH_DOC,
+    crate::sources::net::MAX_CONNECTIONS_DOC,
+    crate::sources::net::IDLE_TIMEOUT_DOC,
     petrel_core::plugin::KeyDoc {
         name: "buffer",
         kind: petrel_core::plugin::KeyKind::Map,
@@ -127,6 +141,8 @@ pub struct OtlpSourceConfig {
     http_address: Option<std::net::SocketAddr>,
     max_body_bytes: usize,
     tls: Option<TlsOptions>,
+    bearer_token: Option<String>,
+    limits: ConnLimits,
     buffer: BufferOptions,
 }
 
@@ -154,6 +170,7 @@ impl OtlpSourceConfig {
         let http_address = address(&map, "http_address");
         let max_body_bytes = map.u64("max_body_bytes", true).unwrap_or(10 << 20) as usize;
         let tls = TlsOptions::parse(&map);
+        let bearer_token = server::parse_bearer_auth(&map);
         // Disk unless said otherwise: success means durable.
         let disk_default = map
             .get("buffer")
@@ -184,6 +201,8 @@ impl OtlpSourceConfig {
             http_address,
             max_body_bytes: max_body_bytes.max(1024),
             tls: tls?,
+            bearer_token: bearer_token?,
+            limits: ConnLimits::parse(&map),
             buffer,
         })
     }
@@ -360,6 +379,9 @@ async fn submit(
 struct Grpc {
     intake: Intake,
     full: LazyCounter,
+    /// `Bearer <token>` the requests must carry.
+    auth: Option<HeaderValue>,
+    unauthorized: LazyCounter,
 }
 
 #[tonic::async_trait]
@@ -368,6 +390,18 @@ impl LogsService for Grpc {
         &self,
         request: tonic::Request<ExportLogsServiceRequest>,
     ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        if let Some(want) = &self.auth {
+            let ok = request
+                .metadata()
+                .get("authorization")
+                .is_some_and(|got| server::same_secret(got.as_bytes(), want.as_bytes()));
+            if !ok {
+                self.unauthorized.inc();
+                return Err(tonic::Status::unauthenticated(
+                    "missing or wrong bearer token",
+                ));
+            }
+        }
         let peer: Option<Arc<str>> = request.remote_addr().map(|a| a.to_string().into());
         let req = request.into_inner();
         match submit(&self.intake, &req, peer).await {
@@ -400,8 +434,10 @@ fn serve_grpc(
     addr: std::net::SocketAddr,
     max_body: usize,
     tls: Option<&TlsOptions>,
+    limits: ConnLimits,
+    counters: StreamCounters,
     svc: Grpc,
-) -> anyhow::Result<Server> {
+) -> anyhow::Result<server::ServerHandle> {
     // Requests decoded and waiting for the buffer at once, per connection.
     let mut builder = tonic::transport::Server::builder().concurrency_limit_per_connection(32);
     if let Some(t) = tls {
@@ -416,22 +452,14 @@ fn serve_grpc(
         }
         builder = builder.tls_config(cfg)?;
     }
-    let std = std::net::TcpListener::bind(addr)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    std.set_nonblocking(true)?;
-    let listener = {
-        let _g = rt.enter();
-        tokio::net::TcpListener::from_std(std)?
-    };
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let alive = Arc::new(AtomicBool::new(true));
-    let alive2 = alive.clone();
+    let listener = server::bind(rt, addr)?;
+    let (handle, mut stop_rx, alive) = server::ServerHandle::new();
     let service = LogsServiceServer::new(svc)
         .max_decoding_message_size(max_body)
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
         .send_compressed(tonic::codec::CompressionEncoding::Gzip);
     rt.spawn(async move {
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let incoming = server::grpc_incoming(listener, limits, counters, stop_rx.clone());
         let r = builder
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {
@@ -441,12 +469,9 @@ fn serve_grpc(
         if let Err(e) = r {
             tracing::error!(error = %e, "opentelemetry source: the gRPC server stopped");
         }
-        alive2.store(false, Ordering::SeqCst);
+        alive.store(false, Ordering::SeqCst);
     });
-    Ok(Server {
-        stop: stop_tx,
-        alive,
-    })
+    Ok(handle)
 }
 
 // ---------------------------------------------------------------------
@@ -458,6 +483,9 @@ struct Http {
     full: LazyCounter,
     bad_request: LazyCounter,
     too_large: LazyCounter,
+    /// `Bearer <token>` the requests must carry.
+    auth: Option<HeaderValue>,
+    unauthorized: LazyCounter,
 }
 
 fn reply(status: StatusCode, json: bool, body: Vec<u8>) -> Response<Full<Bytes>> {
@@ -497,15 +525,6 @@ fn error(status: StatusCode, json: bool, msg: &str) -> Response<Full<Bytes>> {
     reply(status, json, body)
 }
 
-fn inflate(r: impl Read, max: usize) -> Result<Vec<u8>, StatusCode> {
-    let mut out = Vec::new();
-    match r.take(max as u64 + 1).read_to_end(&mut out) {
-        Ok(n) if n > max => Err(StatusCode::PAYLOAD_TOO_LARGE),
-        Ok(_) => Ok(out),
-        Err(_) => Err(StatusCode::BAD_REQUEST),
-    }
-}
-
 async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Response<Full<Bytes>> {
     let ct = req
         .headers()
@@ -533,6 +552,19 @@ async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Resp
             .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
         return r;
     }
+    if !server::authorized(req.headers(), s.auth.as_ref()) {
+        s.unauthorized.inc();
+        let mut r = error(
+            StatusCode::UNAUTHORIZED,
+            json,
+            "missing or wrong bearer token",
+        );
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
     if !json && ct != "application/x-protobuf" {
         s.bad_request.inc();
         return error(
@@ -541,16 +573,14 @@ async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Resp
             "Content-Type must be application/x-protobuf or application/json",
         );
     }
-    let gzip = match req
-        .headers()
-        .get(hyper::header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        None | Some("") | Some("identity") => false,
-        Some("gzip") => true,
-        Some(other) => {
+    let encoding = match body::Encoding::parse(
+        req.headers()
+            .get(hyper::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok()),
+        &[body::Encoding::Gzip],
+    ) {
+        Ok(e) => e,
+        Err(other) => {
             s.bad_request.inc();
             return error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -579,24 +609,16 @@ async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Resp
         }
         Ok(Ok(b)) => b.to_bytes(),
     };
-    let body: Bytes = if gzip {
-        match inflate(flate2::read::MultiGzDecoder::new(&body[..]), s.max_body) {
-            Ok(b) => b.into(),
-            Err(status) => {
-                if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    s.too_large.inc();
-                } else {
-                    s.bad_request.inc();
-                }
-                return error(
-                    status,
-                    json,
-                    "the body does not inflate within max_body_bytes",
-                );
+    let body: Bytes = match body::decode(encoding, body, s.max_body) {
+        Ok(b) => b,
+        Err(e) => {
+            if e == body::Inflate::TooLarge {
+                s.too_large.inc();
+                return error(StatusCode::PAYLOAD_TOO_LARGE, json, &e.message(s.max_body));
             }
+            s.bad_request.inc();
+            return error(StatusCode::BAD_REQUEST, json, &e.message(s.max_body));
         }
-    } else {
-        body
     };
     let decoded = if json {
         serde_json::from_slice::<ExportLogsServiceRequest>(&body).map_err(|e| e.to_string())
@@ -650,100 +672,6 @@ async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Resp
     }
 }
 
-fn serve_http(
-    rt: &tokio::runtime::Handle,
-    addr: std::net::SocketAddr,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    shared: Arc<Http>,
-) -> anyhow::Result<Server> {
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let std = std::net::TcpListener::bind(addr)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    std.set_nonblocking(true)?;
-    let listener = {
-        let _g = rt.enter();
-        tokio::net::TcpListener::from_std(std)?
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let alive = Arc::new(AtomicBool::new(true));
-    let alive2 = alive.clone();
-    // Connections at once; beyond, new ones wait in the backlog.
-    let slots = Arc::new(tokio::sync::Semaphore::new(256));
-    rt.spawn(async move {
-        let mut stop = stop_rx.clone();
-        loop {
-            let permit = tokio::select! {
-                p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                _ = stop.changed() => break,
-            };
-            let (sock, peer) = tokio::select! {
-                a = listener.accept() => match a {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                _ = stop.changed() => break,
-            };
-            let peer: Arc<str> = peer.to_string().into();
-            let (shared, mut stop, acceptor) = (shared.clone(), stop_rx.clone(), acceptor.clone());
-            tokio::spawn(async move {
-                let _permit = permit;
-                let svc = hyper::service::service_fn(move |req| {
-                    let (shared, peer) = (shared.clone(), peer.clone());
-                    async move { Ok::<_, Infallible>(handle(req, &shared, peer).await) }
-                });
-                let mut b = hyper::server::conn::http1::Builder::new();
-                b.timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(10));
-                match acceptor {
-                    None => {
-                        let conn = b.serve_connection(hyper_util::rt::TokioIo::new(sock), svc);
-                        tokio::select! {
-                            _ = tokio::time::timeout(Duration::from_secs(300), conn) => {}
-                            _ = stop.changed() => {}
-                        }
-                    }
-                    Some(a) => {
-                        let Ok(Ok(tls)) =
-                            tokio::time::timeout(Duration::from_secs(10), a.accept(sock)).await
-                        else {
-                            return;
-                        };
-                        let conn = b.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
-                        tokio::select! {
-                            _ = tokio::time::timeout(Duration::from_secs(300), conn) => {}
-                            _ = stop.changed() => {}
-                        }
-                    }
-                }
-            });
-        }
-        alive2.store(false, Ordering::SeqCst);
-    });
-    Ok(Server {
-        stop: stop_tx,
-        alive,
-    })
-}
-
-struct Server {
-    stop: watch::Sender<bool>,
-    alive: Arc<AtomicBool>,
-}
-
-impl OtherReceiver for Server {
-    fn stop(&mut self) {
-        let _ = self.stop.send(true);
-    }
-
-    fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst)
-    }
-}
-
 impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
     fn type_name(&self) -> &'static str {
         "opentelemetry"
@@ -757,18 +685,30 @@ impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
         let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "opentelemetry")?;
         let m = &ctx.metrics;
         let full = m.error_counter("buffer_full");
+        let unauthorized = m.error_counter("unauthorized");
+        let counters = StreamCounters::new(&ctx);
         let mut receivers = Vec::new();
         let started = (|| -> anyhow::Result<()> {
+            let auth = match &self.bearer_token {
+                None => None,
+                Some(t) => Some(server::bearer_header(t).ok_or_else(|| {
+                    anyhow::anyhow!("`auth.bearer_token` is not a valid header value")
+                })?),
+            };
             if let Some(a) = self.grpc_address {
                 let svc = Grpc {
                     intake: intake.clone(),
                     full: full.clone(),
+                    auth: auth.clone(),
+                    unauthorized: unauthorized.clone(),
                 };
                 receivers.push(Receiver::Other(Box::new(serve_grpc(
                     rt.handle(),
                     a,
                     self.max_body_bytes,
                     self.tls.as_ref(),
+                    self.limits,
+                    counters.clone(),
                     svc,
                 )?)));
                 tracing::info!(source = %ctx.key, address = %a, "listening (OTLP/gRPC)");
@@ -780,13 +720,21 @@ impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
                     full: full.clone(),
                     bad_request: m.error_counter("bad_request"),
                     too_large: m.error_counter("body_too_large"),
+                    auth: auth.clone(),
+                    unauthorized: unauthorized.clone(),
                 });
                 let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
-                receivers.push(Receiver::Other(Box::new(serve_http(
+                let handler: server::Handler = Arc::new(move |req, peer| {
+                    let shared = shared.clone();
+                    Box::pin(async move { handle(req, &shared, peer).await })
+                });
+                receivers.push(Receiver::Other(Box::new(server::serve_http(
                     rt.handle(),
                     a,
                     tls,
-                    shared,
+                    self.limits,
+                    counters.clone(),
+                    handler,
                 )?)));
                 tracing::info!(source = %ctx.key, address = %a, "listening (OTLP/HTTP, POST /v1/logs)");
             }

@@ -7,7 +7,7 @@
 //!     brokers: ["127.0.0.1:9092"]
 //!     topics: ["app-logs", "^audit-.*"]   # names, or regexes starting with ^
 //!     group_id: petrel-aggregator
-//!     start: committed                     # committed | earliest | latest
+//!     start: earliest                      # earliest | latest, or {replay: earliest | latest}
 //!     decoding: text                       # text | json
 //!     drain_timeout_ms: 10000
 //!     commit_interval_ms: 1000
@@ -35,11 +35,18 @@
 //! partitions are revoked, the source stops taking their records, waits up
 //! to `drain_timeout_ms` for what is in flight, commits, then releases
 //! them; what is still unacknowledged then is left uncommitted for the new
-//! owner (read twice, never lost). `start` chooses where a partition
-//! without a committed offset begins (`committed`: the earliest record);
-//! `earliest` and `latest` also ignore committed offsets on each
-//! partition's first assignment in this process's life (a replay, or a
-//! skip of the backlog); later reassignments resume from the commits.
+//! owner (read twice, never lost).
+//!
+//! **Where reading starts** follows Kafka's own meaning, as
+//! `auto.offset.reset` does in librdkafka, Vector and the Collector: a
+//! partition with a committed offset of the group always resumes there;
+//! `start: earliest` (the default; `committed` is the same) or `latest`
+//! chooses only where a partition *without* one begins. So a restart, a
+//! second instance joining, or a reload never reads again what was
+//! committed. A forced replay is its own value, `start: {replay: earliest}`
+//! (or `latest`, to skip a backlog): on a partition's first assignment in
+//! this process's life the committed offset is ignored, on every start;
+//! `validate` warns when a sink's `exactly_once` is combined with it.
 //!
 //! **Back-pressure.** When the pipeline's memory budget is full, the source
 //! waits for the sinks to free some (the record that found no room is
@@ -130,8 +137,8 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     petrel_core::plugin::KeyDoc {
         name: "start",
         kind: petrel_core::plugin::KeyKind::OneOf(STARTS),
-        default: Some(r#"committed"#),
-        doc: r#"`committed`: resume from the group's committed offsets, a partition without one from its earliest record. `earliest` / `latest`: on a partition's first assignment in this process's life, ignore the committed offset and start at the earliest record / at the end (a replay, or skipping a backlog); later reassignments resume from the commits."#,
+        default: Some(r#"earliest"#),
+        doc: r#"Where a partition *without* a committed offset of the group begins, as Kafka's `auto.offset.reset`: `earliest` (its first record; `committed` means the same) or `latest` (its end). A partition with a committed offset always resumes there, so restarts and new instances read nothing twice. `{replay: earliest | latest}` forces a replay: on a partition's first assignment in this process's life, on every start, the committed offset is ignored (`validate` warns when a sink has `exactly_once`); later reassignments resume from the commits."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "decoding",
@@ -171,15 +178,56 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
 const STARTS: &[&str] = &["committed", "earliest", "latest"];
 const DECODINGS: &[&str] = &["text", "json"];
 
-/// Where partitions without a usable committed offset begin.
+/// Where partitions begin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
     /// The group's committed offset, else the earliest record.
-    Committed,
-    /// The earliest record on a partition's first assignment.
     Earliest,
-    /// The end of the partition on its first assignment.
+    /// The group's committed offset, else the end of the partition.
     Latest,
+    /// Ignore the committed offset on a partition's first assignment in
+    /// this process: its earliest record (`true`) or its end (`false`).
+    Replay {
+        /// From the earliest record rather than the end.
+        earliest: bool,
+        /// Where the config says so (line, column), for the warning.
+        at: (usize, usize),
+    },
+}
+
+impl Start {
+    /// Reads `start:`: a word, or `{replay: earliest | latest}`.
+    fn parse(map: &Map<'_>) -> Option<Start> {
+        let Some(n) = map.get("start") else {
+            return Some(Start::Earliest);
+        };
+        if n.as_map_quiet().is_some() {
+            let m = n.as_map(&["replay"])?;
+            let r = m.required("replay", "earliest")?;
+            let earliest = r.as_choice(&["earliest", "latest"])? == "earliest";
+            return Some(Start::Replay {
+                earliest,
+                at: n.position(),
+            });
+        }
+        Some(match n.as_choice(STARTS)? {
+            "latest" => Start::Latest,
+            _ => Start::Earliest,
+        })
+    }
+
+    /// Whether a partition without a committed offset (or a replayed one)
+    /// begins at its end.
+    fn begins_at_end(self) -> bool {
+        matches!(
+            self,
+            Start::Latest
+                | Start::Replay {
+                    earliest: false,
+                    ..
+                }
+        )
+    }
 }
 
 /// Configuration of the kafka source.
@@ -238,11 +286,7 @@ impl KafkaSourceConfig {
             );
             return None;
         }
-        let start = match map.choice("start", STARTS).unwrap_or("committed") {
-            "earliest" => Start::Earliest,
-            "latest" => Start::Latest,
-            _ => Start::Committed,
-        };
+        let start = Start::parse(&map)?;
         let json = map.choice("decoding", DECODINGS) == Some("json");
         let drain_timeout =
             Duration::from_millis(map.u64("drain_timeout_ms", false).unwrap_or(10_000));
@@ -257,7 +301,7 @@ impl KafkaSourceConfig {
             ("enable.auto.offset.store".into(), "false".into()),
             (
                 "auto.offset.reset".into(),
-                if start == Start::Latest {
+                if start.begins_at_end() {
                     "latest"
                 } else {
                     "earliest"
@@ -312,6 +356,13 @@ fn client_config(pairs: &[(String, String)]) -> ClientConfig {
 impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
     fn type_name(&self) -> &'static str {
         "kafka"
+    }
+
+    fn replays_on_start(&self) -> Option<(usize, usize)> {
+        match self.start {
+            Start::Replay { at, .. } => Some(at),
+            _ => None,
+        }
     }
 
     fn start(&self, ctx: SourceContext) -> anyhow::Result<Box<dyn Source>> {
@@ -510,12 +561,12 @@ impl Shared {
                 self.metrics.partition_gauges(e.topic(), e.partition()),
             );
             self.committed.lock().remove(&tp);
-            if firsts.insert(tp.clone()) && self.start != Start::Committed {
+            if firsts.insert(tp.clone()) && matches!(self.start, Start::Replay { .. }) {
                 reset.push(tp);
             }
         }
         drop(firsts);
-        let to = if self.start == Start::Latest {
+        let to = if self.start.begins_at_end() {
             Offset::End
         } else {
             Offset::Beginning

@@ -11,9 +11,11 @@
 //! source's [`Decode`] turns a block into events either way, so what is
 //! spooled is the raw frames and replay decodes exactly like live data.
 
+pub mod body;
 pub mod dgram;
 pub mod intake;
 pub mod record;
+pub mod server;
 pub mod stream;
 pub mod tls;
 

@@ -12,9 +12,10 @@ use petrel_core::LazyCounter;
 use petrel_core::Span;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use super::intake::Intake;
+use super::server::Gate;
 use super::{now_ns, Block, ConnLimits, ListenAddr};
 
 /// Bytes asked of one read. Large reads keep the per-message cost low
@@ -204,7 +205,6 @@ pub fn listen(
 ) -> anyhow::Result<StreamListener> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let alive = Arc::new(AtomicBool::new(true));
-    let slots = Arc::new(Semaphore::new(spec.limits.max_connections));
     let addr = spec.addr.clone();
     let spec = Arc::new(spec);
     match &addr {
@@ -220,25 +220,14 @@ pub fn listen(
             let alive2 = alive.clone();
             rt.spawn(async move {
                 let mut stop = stop_rx.clone();
-                loop {
-                    let accepted = tokio::select! {
-                        a = listener.accept() => a,
-                        _ = stop.changed() => break,
-                    };
-                    let (sock, peer) = match accepted {
-                        Ok(x) => x,
-                        Err(e) => {
-                            // Out of descriptors, say: wait instead of spinning.
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    };
-                    let Ok(permit) = slots.clone().try_acquire_owned() else {
-                        spec.counters.refused.inc();
-                        drop(sock);
-                        continue;
-                    };
+                let mut gate = Gate::new(
+                    spec.limits.max_connections,
+                    spec.counters.refused.clone(),
+                    "tcp",
+                );
+                while let Some((sock, peer, permit)) =
+                    gate.admit(|| listener.accept(), &mut stop).await
+                {
                     let _ = sock.set_nodelay(true);
                     let peer: Arc<str> = peer.to_string().into();
                     let (spec, intake, stop) = (spec.clone(), intake.clone(), stop_rx.clone());
@@ -288,23 +277,14 @@ pub fn listen(
             let alive2 = alive.clone();
             rt.spawn(async move {
                 let mut stop = stop_rx.clone();
-                loop {
-                    let accepted = tokio::select! {
-                        a = listener.accept() => a,
-                        _ = stop.changed() => break,
-                    };
-                    let sock = match accepted {
-                        Ok((s, _)) => s,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    };
-                    let Ok(permit) = slots.clone().try_acquire_owned() else {
-                        spec.counters.refused.inc();
-                        continue;
-                    };
+                let mut gate = Gate::new(
+                    spec.limits.max_connections,
+                    spec.counters.refused.clone(),
+                    "unix",
+                );
+                while let Some((sock, _, permit)) =
+                    gate.admit(|| listener.accept(), &mut stop).await
+                {
                     let (spec, intake, stop, peer) =
                         (spec.clone(), intake.clone(), stop_rx.clone(), peer.clone());
                     tokio::spawn(async move {

@@ -291,7 +291,31 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
     }
 }
 
-struct HttpServer {
+/// The request handler behind [`serve`]: one per source, shared by its
+/// connections.
+pub(crate) trait HttpHandler: Send + Sync + 'static {
+    /// Answers one request from `peer`.
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: Arc<str>,
+    ) -> impl std::future::Future<Output = Response<Full<Bytes>>> + Send;
+    /// The connection counters.
+    fn stream_counters(&self) -> &StreamCounters;
+}
+
+impl HttpHandler for Shared {
+    async fn handle(&self, req: Request<Incoming>, peer: Arc<str>) -> Response<Full<Bytes>> {
+        handle(req, self, peer).await
+    }
+
+    fn stream_counters(&self) -> &StreamCounters {
+        &self.counters.stream
+    }
+}
+
+/// A running HTTP server (see [`serve`]).
+pub(crate) struct HttpServer {
     stop: watch::Sender<bool>,
     alive: Arc<AtomicBool>,
 }
@@ -306,12 +330,14 @@ impl OtherReceiver for HttpServer {
     }
 }
 
-fn serve(
+/// Serves HTTP/1.1 (TLS when `tls` is set) on `addr` with `shared`
+/// answering requests: connection limits, slow-header and idle timeouts.
+pub(crate) fn serve<H: HttpHandler>(
     rt: &tokio::runtime::Handle,
     addr: std::net::SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: ConnLimits,
-    shared: Arc<Shared>,
+    shared: Arc<H>,
 ) -> anyhow::Result<HttpServer> {
     let std = std::net::TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -339,7 +365,7 @@ fn serve(
                 },
                 _ = stop.changed() => break,
             };
-            let c = &shared.counters.stream;
+            let c = shared.stream_counters();
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 c.refused.inc();
                 continue;
@@ -349,13 +375,13 @@ fn serve(
             let idle = limits.idle_timeout;
             tokio::spawn(async move {
                 let _permit = permit;
-                let c = shared.counters.stream.clone();
+                let c = shared.stream_counters().clone();
                 c.connections.inc();
                 let svc = {
                     let (shared, peer) = (shared.clone(), peer.clone());
                     hyper::service::service_fn(move |req| {
                         let (shared, peer) = (shared.clone(), peer.clone());
-                        async move { Ok::<_, Infallible>(handle(req, &shared, peer).await) }
+                        async move { Ok::<_, Infallible>(shared.handle(req, peer).await) }
                     })
                 };
                 let builder = {
@@ -543,8 +569,11 @@ fn too_large(max: usize) -> Response<Full<Bytes>> {
     )
 }
 
-enum Inflate {
+/// Why a body could not be decompressed.
+pub(crate) enum Inflate {
+    /// Larger than the limit once decompressed.
     TooLarge,
+    /// Not in the format its `Content-Encoding` names.
     Invalid,
 }
 
@@ -565,7 +594,7 @@ fn decode_error(e: Inflate, c: &HttpCounters, max: usize) -> Response<Full<Bytes
 }
 
 /// Decompresses at most `max` bytes (a small bomb cannot grow past it).
-fn inflate(r: impl Read, max: usize) -> Result<Bytes, Inflate> {
+pub(crate) fn inflate(r: impl Read, max: usize) -> Result<Bytes, Inflate> {
     let mut out = Vec::new();
     match r.take(max as u64 + 1).read_to_end(&mut out) {
         Ok(n) if n > max => Err(Inflate::TooLarge),
@@ -648,7 +677,8 @@ fn frames(body: &[u8], kind: Kind) -> Result<Vec<Span>, String> {
     Ok(out)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Compares secrets in a time that does not depend on where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

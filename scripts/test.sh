@@ -52,6 +52,7 @@ fi
 ./scripts/victorialogs.sh
 echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry sink and source tests (Go)"
 ./scripts/otelcol.sh
+./scripts/install-hec-clients.sh  # splunk-logging (npm) for the splunk_hec source tests
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

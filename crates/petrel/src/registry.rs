@@ -15,6 +15,7 @@ pub static SOURCES: &[&SourcePlugin] = &[
     &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,
+    &sources::splunk_hec::PLUGIN,
     &sources::spool::PLUGIN,
     &sources::kafka::PLUGIN,
     #[cfg(feature = "opentelemetry")]

@@ -8,6 +8,7 @@ pub mod kubernetes;
 pub mod net;
 #[cfg(feature = "opentelemetry")]
 pub mod opentelemetry;
+pub mod splunk_hec;
 pub mod spool;
 pub mod stdin;
 pub mod syslog;

@@ -35,7 +35,13 @@ pub enum Admission {
 struct Submission {
     block: Block,
     reply: Option<oneshot::Sender<Admission>>,
+    /// Memory buffer: called once every sink delivered the block.
+    delivered: Option<OnDelivered>,
 }
+
+/// Called once a block's events were delivered by every sink (see
+/// [`Intake::submit_tracked`]).
+pub type OnDelivered = Box<dyn FnOnce() + Send>;
 
 /// Blocks waiting for the dispatcher; small, since each may be a whole
 /// read buffer and they are not charged yet: when it is full, connections
@@ -66,7 +72,11 @@ impl Intake {
     pub async fn submit(&self, block: Block) -> bool {
         let ok = self
             .tx
-            .send(Submission { block, reply: None })
+            .send(Submission {
+                block,
+                reply: None,
+                delivered: None,
+            })
             .await
             .is_ok();
         self.dispatcher.unpark();
@@ -76,10 +86,26 @@ impl Intake {
     /// Hands over `block` and waits for the answer (HTTP answers its
     /// client with it).
     pub async fn submit_and_wait(&self, block: Block, timeout: Duration) -> Admission {
+        self.submit_tracked(block, timeout, None).await
+    }
+
+    /// Like [`submit_and_wait`](Self::submit_and_wait); with a memory
+    /// buffer `delivered` is called once every sink delivered the block
+    /// (never if it is not delivered before the source stops). With a
+    /// disk buffer it is never called: [`Admission::Accepted`] already
+    /// means durable. For protocols that acknowledge delivery to their
+    /// clients (Splunk HEC indexer acknowledgement).
+    pub async fn submit_tracked(
+        &self,
+        block: Block,
+        timeout: Duration,
+        delivered: Option<OnDelivered>,
+    ) -> Admission {
         let (tx, rx) = oneshot::channel();
         let sent = self.tx.send(Submission {
             block,
             reply: Some(tx),
+            delivered,
         });
         match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(())) => {}
@@ -98,7 +124,11 @@ impl Intake {
     /// the runtime (datagram receivers, which must never block: they
     /// also watch for their stop and for the kernel's drops meanwhile).
     pub fn try_submit(&self, block: Block) -> TrySubmit {
-        let r = self.tx.try_send(Submission { block, reply: None });
+        let r = self.tx.try_send(Submission {
+            block,
+            reply: None,
+            delivered: None,
+        });
         self.dispatcher.unpark();
         match r {
             Ok(()) => TrySubmit::Done,
@@ -397,6 +427,8 @@ struct Retained {
     chunk: Option<Arc<ChunkDone>>,
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// Called once delivered.
+    on_delivered: Option<OnDelivered>,
 }
 
 /// Learns delivery outcomes; shared with the sinks' acknowledgements.
@@ -436,8 +468,11 @@ impl AckReceiver for Acks {
         // the batch at high message rates.
         let mut wake = false;
         if delivered {
-            if let Some(b) = r.remove(&seq) {
+            if let Some(mut b) = r.remove(&seq) {
                 drop(r);
+                if let Some(f) = b.on_delivered.take() {
+                    f();
+                }
                 if let Some(c) = b.chunk {
                     if c.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                         self.done.lock().push((c.segment, c.start, c.end));
@@ -526,6 +561,7 @@ impl Delivery {
         kept: MemoryCharge,
         extra: MemoryCharge,
         chunk: Option<Arc<ChunkDone>>,
+        on_delivered: Option<OnDelivered>,
     ) {
         let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
         let frames = block.frames.len() as u64;
@@ -539,6 +575,7 @@ impl Delivery {
                 chunk,
                 retry_at: None,
                 backoff: Duration::ZERO,
+                on_delivered,
             },
         );
         self.counters.sent_events.inc_by(frames);
@@ -693,6 +730,7 @@ impl MemoryDispatcher {
             return Submission {
                 block: parts.remove(0),
                 reply: None,
+                delivered: None,
             };
         }
         let mut buf = bytes::BytesMut::with_capacity(total);
@@ -716,11 +754,16 @@ impl MemoryDispatcher {
                 json: head.json,
             },
             reply: None,
+            delivered: None,
         }
     }
 
     fn admit(&mut self, sub: Submission) {
-        let Submission { block, reply } = sub;
+        let Submission {
+            block,
+            reply,
+            delivered,
+        } = sub;
         let len = block.buf.len();
         let want = self.budget.reservation(len);
         let charge = match self.when_full {
@@ -754,7 +797,7 @@ impl MemoryDispatcher {
             return;
         };
         let kept = charge.split(len);
-        self.delivery.send_new(block, kept, charge, None);
+        self.delivery.send_new(block, kept, charge, None, delivered);
         if let Some(r) = reply {
             let _ = r.send(Admission::Accepted);
         }
@@ -864,7 +907,8 @@ impl DiskDispatcher {
 
     /// Spools one block; true when something was written.
     fn admit(&mut self, sub: Submission) -> bool {
-        let Submission { block, reply } = sub;
+        // `delivered` is dropped: an accepted block is durable.
+        let Submission { block, reply, .. } = sub;
         loop {
             match self.writer.append_with(|out| record::encode(&block, out)) {
                 Ok(ticket) => {
@@ -1048,7 +1092,7 @@ impl SpoolReader {
         for b in blocks {
             let e = extra.take().unwrap_or_default();
             self.delivery
-                .send_new(b, MemoryCharge::none(), e, Some(done.clone()));
+                .send_new(b, MemoryCharge::none(), e, Some(done.clone()), None);
         }
     }
 }

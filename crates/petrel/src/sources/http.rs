@@ -105,6 +105,9 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
 };
 
 /// Reading a body may take this long.
+/// Reading a body may take this long, and at most `idle_timeout_secs`:
+/// a client trickling a byte now and then is never idle, so this is what
+/// cuts it off.
 const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request waits for admission before 503.
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -189,6 +192,7 @@ struct HttpCounters {
 struct Shared {
     path: String,
     max_body: usize,
+    body_timeout: Duration,
     /// `Bearer <token>`.
     auth: Option<HeaderValue>,
     intake: Intake,
@@ -212,6 +216,7 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
             let shared = Arc::new(Shared {
                 path: self.path.clone(),
                 max_body: self.max_body_bytes,
+                body_timeout: BODY_TIMEOUT.min(self.limits.idle_timeout),
                 auth: match &self.bearer_token {
                     None => None,
                     Some(t) => Some(server::bearer_header(t).ok_or_else(|| {
@@ -323,7 +328,7 @@ async fn handle(req: Request<Incoming>, s: &Shared, peer: Arc<str>) -> Response<
         }
     };
     let body = Limited::new(req.into_body(), s.max_body);
-    let body = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+    let body = match tokio::time::timeout(s.body_timeout, body.collect()).await {
         Err(_) => {
             c.timeouts.inc();
             return error(

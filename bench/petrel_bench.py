@@ -61,6 +61,20 @@ PARSE = {
         "    separator: \"|\"\n"
         "    keys: [time, level, pid, file, line, log]",
     ]},
+    # bench/transforms.sh: parse_json plus one of the transforms, keyed by
+    # `pid` (100 000 distinct values in json512).
+    "json512-throttle": {"processors": [
+        "- type: parse_json",
+        "- type: throttle\n    key_field: \"{{ pid }}\"\n    threshold: 1000\n    window_secs: 1",
+    ]},
+    "json512-dedupe": {"processors": [
+        "- type: parse_json",
+        "- type: dedupe\n    fields: {match: [pid, line]}\n    cache: {num_events: 100000}",
+    ]},
+    "json512-sample": {"processors": [
+        "- type: parse_json",
+        "- type: sample\n    rate: 10\n    key_field: pid",
+    ]},
     "multiline512": {"source": "    multiline:\n      start_pattern: '\\[\\d{4}-'\n"},
     "nginx283": {"processors": [
         "- type: parse_regex\n"

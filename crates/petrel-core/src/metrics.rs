@@ -108,6 +108,7 @@ pub struct Metrics {
     pub backpressure_pauses: Family<Labels, Counter>,
     retried_events: Family<ComponentLabels, Counter>,
     duplicates_skipped: Family<ComponentLabels, Counter>,
+    cache_evictions: Family<ComponentLabels, Counter>,
     stream_overflow: Family<ComponentLabels, Counter>,
     out_of_order: Family<ComponentLabels, Counter>,
     in_flight: Family<ComponentLabels, Gauge>,
@@ -266,6 +267,7 @@ impl Metrics {
             backpressure_pauses: Family::default(),
             retried_events: Family::default(),
             duplicates_skipped: Family::default(),
+            cache_evictions: Family::default(),
             stream_overflow: Family::default(),
             out_of_order: Family::default(),
             in_flight: Family::default(),
@@ -390,6 +392,11 @@ impl Metrics {
             "component_duplicates_skipped",
             "Events a sink found already delivered (a copy sent again after a crash or a lost answer) and did not write twice",
             m.duplicates_skipped.clone(),
+        );
+        r.register(
+            "component_cache_evictions",
+            "Entries a processor's bounded cache (throttle keys, dedupe hashes) evicted to stay within its size",
+            m.cache_evictions.clone(),
         );
         r.register(
             "component_stream_overflow_events",
@@ -549,6 +556,14 @@ impl ComponentMetrics {
     pub fn duplicates_skipped(&self) -> Counter {
         self.metrics
             .duplicates_skipped
+            .get_or_create(&self.labels)
+            .clone()
+    }
+
+    /// The counter of entries this processor's bounded cache evicted.
+    pub fn cache_evictions(&self) -> Counter {
+        self.metrics
+            .cache_evictions
             .get_or_create(&self.labels)
             .clone()
     }

@@ -75,6 +75,23 @@ fn sink_route(item: Node<'_>) -> SinkRoute {
     }
 }
 
+/// Puts each processor whose entry has `when:` inside the wrapper that
+/// runs it on the matching events only; problems are reported at the key.
+fn wrap_when(processors: &mut [(String, Arc<dyn ProcessorConfig>)], nodes: &[Node<'_>]) {
+    use crate::processors::when::{When, WhenConfig};
+    for ((_, cfg), node) in processors.iter_mut().zip(nodes) {
+        let Some(w) = node.as_map_quiet().and_then(|m| m.get("when")) else {
+            continue;
+        };
+        if let Some(when) = When::parse(w, "when") {
+            *cfg = Arc::new(WhenConfig {
+                when,
+                inner: cfg.clone(),
+            });
+        }
+    }
+}
+
 const TOP_KEYS: &[&str] = &["sources", "processors", "sinks"];
 
 /// Loads `path`: one pipeline file, or every `*.yaml`/`*.yml` in a
@@ -188,7 +205,14 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
             }
         }
         if let Some(n) = m.get("processors") {
-            p.processors = section(n, "processor", registry::PROCESSORS, &[]).0;
+            let (mut processors, nodes) = section(
+                n,
+                "processor",
+                registry::PROCESSORS,
+                crate::processors::when::KEYS,
+            );
+            wrap_when(&mut processors, &nodes);
+            p.processors = processors;
         }
         if let Some(n) = m.required("sinks", "[{ type: stdout }]") {
             let (sinks, nodes) = section(n, "sink", registry::SINKS, SINK_COMMON_KEYS);

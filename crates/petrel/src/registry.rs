@@ -31,6 +31,9 @@ pub static PROCESSORS: &[&ProcessorPlugin] = &[
     &processors::filter::PLUGIN,
     &processors::fields::PLUGIN,
     &processors::mask::PLUGIN,
+    &processors::throttle::PLUGIN,
+    &processors::dedupe::PLUGIN,
+    &processors::sample::PLUGIN,
 ];
 
 /// Sink kinds (`sinks:`).

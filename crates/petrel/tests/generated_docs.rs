@@ -8,7 +8,9 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use petrel::cli::docs::{completions, man_pages, plugin_section, reference, REGENERATE};
+use petrel::cli::docs::{
+    completions, man_pages, plugin_section, reference, CommonKeys, REGENERATE,
+};
 use petrel::registry;
 use petrel_core::plugin::Plugin;
 
@@ -54,14 +56,24 @@ fn sections_of(page: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn check_page<C: ?Sized>(file: &str, plugins: &[&Plugin<C>], problems: &mut Vec<String>) {
+fn check_page<C: ?Sized + CommonKeys>(
+    file: &str,
+    plugins: &[&Plugin<C>],
+    problems: &mut Vec<String>,
+) {
     let page = committed(file);
     for p in plugins {
         let Some(sec) = section(&page, p.type_name) else {
             problems.push(format!("{file}: no section for `{}`", p.type_name));
             continue;
         };
-        let code: BTreeSet<String> = p.keys.iter().map(|k| k.to_string()).collect();
+        let code: BTreeSet<String> = p
+            .keys
+            .iter()
+            .copied()
+            .chain(C::common_key_docs().iter().map(|k| k.name))
+            .map(str::to_string)
+            .collect();
         let docs = documented_keys(sec);
         for k in code.difference(&docs) {
             problems.push(format!(

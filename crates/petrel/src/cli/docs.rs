@@ -169,7 +169,29 @@ pub fn reference() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn page<C: ?Sized>(title: &str, section: &str, intro: &str, plugins: &[&Plugin<C>]) -> String {
+/// Keys every entry of a section accepts besides its plugin's own (a
+/// processor's `when:`), listed after each plugin's keys.
+pub trait CommonKeys {
+    /// Their documentation.
+    fn common_key_docs() -> &'static [KeyDoc] {
+        &[]
+    }
+}
+
+impl CommonKeys for dyn petrel_core::plugin::SourceConfig {}
+impl CommonKeys for dyn petrel_core::plugin::SinkConfig {}
+impl CommonKeys for dyn petrel_core::plugin::ProcessorConfig {
+    fn common_key_docs() -> &'static [KeyDoc] {
+        crate::processors::when::KEY_DOCS
+    }
+}
+
+fn page<C: ?Sized + CommonKeys>(
+    title: &str,
+    section: &str,
+    intro: &str,
+    plugins: &[&Plugin<C>],
+) -> String {
     let mut s = format!(
         "<!-- Generated from the plugin registry by `{REGENERATE}`: edit the plugins' `DOC` and `KEY_DOCS`, not this file. -->\n\n# {title}\n\n{intro} Each entry of `{section}:` names its kind with `type:`; the keys below are all it accepts (any other is an error naming the closest one).\n"
     );
@@ -182,12 +204,12 @@ fn page<C: ?Sized>(title: &str, section: &str, intro: &str, plugins: &[&Plugin<C
 /// One plugin's part of the reference: its heading, paragraph and table.
 /// The test of the committed reference compares these one by one, so that
 /// a build without an optional plugin still checks the others.
-pub fn plugin_section<C: ?Sized>(p: &Plugin<C>) -> String {
+pub fn plugin_section<C: ?Sized + CommonKeys>(p: &Plugin<C>) -> String {
     let mut s = format!(
         "\n## `{}`\n\n{}\n\n| key | type | default | meaning |\n|---|---|---|---|\n",
         p.type_name, p.doc
     );
-    for k in p.key_docs {
+    for k in p.key_docs.iter().chain(C::common_key_docs()) {
         s.push_str(&key_row(k));
     }
     s

@@ -15,6 +15,7 @@
 //!   - name: a request becomes fields
 //!     input:
 //!       - '203.0.113.7 - - [23/Nov/2026:10:02:06 +0000] "GET / HTTP/1.1" 200 5 "-" "curl/8"'
+//!     meta: {kafka.topic: web}   # optional: the input's source metadata
 //!     at: combined               # a source, processor or sink id; default: the sinks' input
 //!     expect:
 //!       count: 1
@@ -59,7 +60,7 @@ pub const EXIT_FAIL: u8 = 1;
 pub const EXIT_INVALID: u8 = 2;
 
 const FILE_KEYS: &[&str] = &["pipeline", "tests"];
-const CASE_KEYS: &[&str] = &["name", "input", "file", "at", "expect"];
+const CASE_KEYS: &[&str] = &["name", "input", "file", "meta", "at", "expect"];
 const EXPECT_KEYS: &[&str] = &["count", "dropped", "events"];
 const EVENT_KEYS: &[&str] = &["equals", "matches", "absent"];
 
@@ -82,6 +83,9 @@ struct Case {
     name: String,
     input: Vec<String>,
     file: String,
+    /// Source metadata of the input batch, as a source would set it
+    /// (`k8s.annotations.<key>`, `kafka.topic`...), besides `host`.
+    meta: Vec<(String, String)>,
     at: At,
     count: Option<u64>,
     dropped: Vec<(String, u64)>,
@@ -348,6 +352,12 @@ fn parse_case(item: Node<'_>, i: usize, p: &PipelineConfig) -> Option<Case> {
         }
     }
     let file = m.str("file").unwrap_or_default().to_string();
+    let mut meta = Vec::new();
+    if let Some(n) = m.get("meta") {
+        for (k, v) in crate::processors::common::free_map(n, "meta")? {
+            meta.push((k.to_string(), v.as_str()?.to_string()));
+        }
+    }
     let at = match m.get("at") {
         None => At {
             processors: p.processors.len(),
@@ -359,6 +369,7 @@ fn parse_case(item: Node<'_>, i: usize, p: &PipelineConfig) -> Option<Case> {
         name,
         input,
         file,
+        meta,
         at,
         count: None,
         dropped: Vec::new(),
@@ -499,7 +510,13 @@ fn run_case(p: &PipelineConfig, c: &Case) -> anyhow::Result<Outcome> {
     let input_bytes = buf.len() as u64;
     let info = Arc::new(SourceInfo {
         path: c.file.as_str().into(),
-        meta: vec![(Key::Borrowed("host"), crate::host::hostname())].into(),
+        meta: std::iter::once((Key::Borrowed("host"), crate::host::hostname()))
+            .chain(
+                c.meta
+                    .iter()
+                    .map(|(k, v)| (Key::Owned(k.clone()), Arc::from(v.as_str()))),
+            )
+            .collect(),
         source_type: p.sources.first().map(|(_, s)| s.type_name()).unwrap_or(""),
     });
     let mut batch = EventBatch::new(Bytes::from(buf), info);

@@ -3,10 +3,15 @@
 
 pub mod common;
 pub mod condition;
+pub mod dedupe;
 pub mod fields;
 pub mod filter;
+pub mod keys;
 pub mod mask;
 pub mod parse_delimiter;
 pub mod parse_json;
 pub mod parse_regex;
 pub mod parse_timestamp;
+pub mod sample;
+pub mod throttle;
+pub mod when;

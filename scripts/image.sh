@@ -11,8 +11,9 @@
 #      PETREL_SOURCE_URL  org.opencontainers.image.source (default: the git
 #                         remote `origin` without credentials, else a placeholder)
 #
-# The image: /usr/bin/petrel (debug info stripped from a copy), the shared
-# libraries `ldd` names and the loader, /etc/ssl/certs/ca-certificates.crt,
+# The image: /usr/bin/petrel (debug info stripped from a copy), the build
+# host's /usr/bin/journalctl (env JOURNALCTL: another one; for the journald
+# source), the shared libraries `ldd` names for both and the loader, /etc/ssl/certs/ca-certificates.crt,
 # /etc/passwd and /etc/group with root and petrel (65532, for running
 # non-root), /etc/nsswitch.conf, and empty mount points /var/lib/petrel
 # (the data dir, a writable volume: the root can be read-only) and
@@ -75,16 +76,30 @@ chmod 755 "$r/usr/bin/petrel"
 # The shared libraries and the loader, at the paths the binary asks for
 # (`libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6`, `/lib64/ld-linux-x86-64.so.2`);
 # -L: the files, not the host's symlinks (usrmerge makes /lib one).
-libs=$(ldd "$r/usr/bin/petrel" 2>&1 || true)
-if grep -qE 'not a dynamic executable|statically linked' <<<"$libs"; then
-  echo "image.sh: static binary, no shared library copied" >&2
-else
-  grep -q 'not found' <<<"$libs" && die "ldd: a library is missing: $libs"
+copy_libs() {
+  local libs
+  libs=$(ldd "$1" 2>&1 || true)
+  if grep -qE 'not a dynamic executable|statically linked' <<<"$libs"; then
+    echo "image.sh: $1 is static, no shared library copied" >&2
+    return
+  fi
+  grep -q 'not found' <<<"$libs" && die "ldd $1: a library is missing: $libs"
   while read -r lib; do
     mkdir -p "$r$(dirname "$lib")"
-    cp -L "$lib" "$r$lib"
+    [ -e "$r$lib" ] || cp -L "$lib" "$r$lib"
   done < <(awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' <<<"$libs" | sort -u)
-fi
+}
+copy_libs "$r/usr/bin/petrel"
+# journalctl for the `journald` source (it reads the host's journal,
+# mounted read-only, through `journalctl --output=export`): the build
+# host's, with its libraries (libsystemd-shared). It must be at least as
+# new as the systemd of the nodes' journals; the source says so when not.
+JOURNALCTL=${JOURNALCTL:-$(command -v journalctl || true)}
+[ -n "$JOURNALCTL" ] && [ -x "$JOURNALCTL" ] ||
+  die "journalctl not found (apt-get install systemd, or JOURNALCTL=path): the journald source needs it in the image"
+cp -L "$JOURNALCTL" "$r/usr/bin/journalctl"
+chmod 755 "$r/usr/bin/journalctl"
+copy_libs "$r/usr/bin/journalctl"
 cp -L /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
 cat >"$r/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/usr/sbin/nologin
@@ -110,6 +125,8 @@ if [ "$(id -u)" = 0 ]; then
   # And as the image's non-root user (the files it needs are world-readable).
   chroot --userspec=65532:65532 "$r" /usr/bin/petrel --version >/dev/null ||
     die "petrel does not run as uid 65532 inside the image's root"
+  chroot "$r" /usr/bin/journalctl --version >/dev/null ||
+    die "journalctl does not run inside the image's root"
 else
   echo "image.sh: not root, the image's root was not tried with chroot" >&2
 fi

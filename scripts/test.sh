@@ -21,6 +21,7 @@ echo "== install the test clients (logger, openssl)"
 ./scripts/install-test-tools.sh
 echo "== install apache2, ab, loggen, rsyslog (the seed-004 test and the syslog benchmarks)"
 ./scripts/install-syslog-tools.sh
+./scripts/install-journal-tools.sh
 echo "== containerd, runc, umoci and Docker from the distribution, local busybox and pause images (container tests, scripts/image.sh)"
 ./scripts/cri-lab.sh setup
 ./scripts/docker-lab.sh setup

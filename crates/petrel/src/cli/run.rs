@@ -90,9 +90,15 @@ fn init_logging(level: Option<&str>, format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false);
+    // The agent's own records also feed `internal_logs` sources.
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let internal = crate::sources::internal_logs::layer();
     match format {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .finish()
+            .with(internal)
             .init(),
         // Flattened so that collectors find `message` and the fields at the
         // top level; spans are not used by the agent, so they are left out.
@@ -102,6 +108,8 @@ fn init_logging(level: Option<&str>, format: LogFormat) {
                 .flatten_event(true)
                 .with_current_span(false)
                 .with_span_list(false)
+                .finish()
+                .with(internal)
                 .init();
             // The default panic report is several plain-text lines (more
             // with RUST_BACKTRACE), which would break a line-by-line JSON

@@ -3,11 +3,15 @@
 
 pub mod file;
 pub mod http;
+pub mod internal_logs;
+pub mod journald;
 pub mod kafka;
+pub mod kernel;
 pub mod kubernetes;
 pub mod net;
 #[cfg(feature = "opentelemetry")]
 pub mod opentelemetry;
+pub mod ordered;
 pub mod splunk_hec;
 pub mod spool;
 pub mod stdin;

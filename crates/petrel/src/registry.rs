@@ -12,6 +12,7 @@ pub static SOURCES: &[&SourcePlugin] = &[
     &sources::kubernetes::PLUGIN,
     &sources::kubernetes::files::PLUGIN,
     &sources::stdin::PLUGIN,
+    &sources::fluent::PLUGIN,
     &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,

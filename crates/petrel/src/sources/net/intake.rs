@@ -35,6 +35,10 @@ pub enum Admission {
 struct Submission {
     block: Block,
     reply: Option<oneshot::Sender<Admission>>,
+    /// A stream that acknowledges to its sender: it waits for room like
+    /// any stream, and with the memory buffer `reply` is answered once
+    /// every sink acknowledged the block rather than at admission.
+    delivered: bool,
 }
 
 /// Blocks waiting for the dispatcher; small, since each may be a whole
@@ -66,7 +70,11 @@ impl Intake {
     pub async fn submit(&self, block: Block) -> bool {
         let ok = self
             .tx
-            .send(Submission { block, reply: None })
+            .send(Submission {
+                block,
+                reply: None,
+                delivered: false,
+            })
             .await
             .is_ok();
         self.dispatcher.unpark();
@@ -80,6 +88,7 @@ impl Intake {
         let sent = self.tx.send(Submission {
             block,
             reply: Some(tx),
+            delivered: false,
         });
         match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(())) => {}
@@ -94,11 +103,36 @@ impl Intake {
         }
     }
 
+    /// Hands over `block` like [`Intake::submit`] (waiting while the queue
+    /// is full: backpressure) and returns what answers once the block is
+    /// safe: delivered to every sink with the memory buffer, durable in the
+    /// spool with the disk buffer. For protocols that acknowledge to their
+    /// sender (the fluent source's `chunk`). `None` once the source stops;
+    /// the answer is dropped if the source stops before that.
+    pub async fn submit_acked(&self, block: Block) -> Option<oneshot::Receiver<Admission>> {
+        let (tx, rx) = oneshot::channel();
+        let ok = self
+            .tx
+            .send(Submission {
+                block,
+                reply: Some(tx),
+                delivered: true,
+            })
+            .await
+            .is_ok();
+        self.dispatcher.unpark();
+        ok.then_some(rx)
+    }
+
     /// Hands over `block` if the queue has room, from a thread outside
     /// the runtime (datagram receivers, which must never block: they
     /// also watch for their stop and for the kernel's drops meanwhile).
     pub fn try_submit(&self, block: Block) -> TrySubmit {
-        let r = self.tx.try_send(Submission { block, reply: None });
+        let r = self.tx.try_send(Submission {
+            block,
+            reply: None,
+            delivered: false,
+        });
         self.dispatcher.unpark();
         match r {
             Ok(()) => TrySubmit::Done,
@@ -397,6 +431,8 @@ struct Retained {
     chunk: Option<Arc<ChunkDone>>,
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// Answered once delivered ([`Intake::submit_acked`]).
+    reply: Option<oneshot::Sender<Admission>>,
 }
 
 /// Learns delivery outcomes; shared with the sinks' acknowledgements.
@@ -438,6 +474,9 @@ impl AckReceiver for Acks {
         if delivered {
             if let Some(b) = r.remove(&seq) {
                 drop(r);
+                if let Some(tx) = b.reply {
+                    let _ = tx.send(Admission::Accepted);
+                }
                 if let Some(c) = b.chunk {
                     if c.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                         self.done.lock().push((c.segment, c.start, c.end));
@@ -526,11 +565,13 @@ impl Delivery {
         kept: MemoryCharge,
         extra: MemoryCharge,
         chunk: Option<Arc<ChunkDone>>,
-    ) {
+    ) -> u64 {
         let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
-        let frames = block.frames.len() as u64;
         let bytes: u64 = block.frames.iter().map(|s| s.len as u64).sum();
         let batch = self.batch(&block, extra, seq, chunk.as_deref());
+        // Events, not frames: a frame of the fluent or OTLP source holds
+        // many.
+        let frames = batch.events.len() as u64;
         self.acks.retained.lock().insert(
             seq,
             Retained {
@@ -539,11 +580,13 @@ impl Delivery {
                 chunk,
                 retry_at: None,
                 backoff: Duration::ZERO,
+                reply: None,
             },
         );
         self.counters.sent_events.inc_by(frames);
         self.counters.sent_bytes.inc_by(bytes);
         self.emitter.emit(batch);
+        seq
     }
 
     fn batch(
@@ -693,6 +736,7 @@ impl MemoryDispatcher {
             return Submission {
                 block: parts.remove(0),
                 reply: None,
+                delivered: false,
             };
         }
         let mut buf = bytes::BytesMut::with_capacity(total);
@@ -716,11 +760,16 @@ impl MemoryDispatcher {
                 json: head.json,
             },
             reply: None,
+            delivered: false,
         }
     }
 
     fn admit(&mut self, sub: Submission) {
-        let Submission { block, reply } = sub;
+        let Submission {
+            block,
+            reply,
+            delivered,
+        } = sub;
         let len = block.buf.len();
         let want = self.budget.reservation(len);
         let charge = match self.when_full {
@@ -735,7 +784,9 @@ impl MemoryDispatcher {
                         .budget
                         .charge_blocking(want, Instant::now() + Duration::from_millis(100));
                     if c.is_some()
-                        || (reply.is_some() && started.elapsed() >= Duration::from_secs(1))
+                        || (reply.is_some()
+                            && !delivered
+                            && started.elapsed() >= Duration::from_secs(1))
                         || self.flags.stop.load(Ordering::SeqCst)
                     {
                         break c;
@@ -745,7 +796,7 @@ impl MemoryDispatcher {
             }
         };
         let Some(mut charge) = charge else {
-            if reply.is_none() {
+            if reply.is_none() || delivered {
                 self.counters.buffer_full.inc_by(block.frames.len() as u64);
             }
             if let Some(r) = reply {
@@ -754,9 +805,20 @@ impl MemoryDispatcher {
             return;
         };
         let kept = charge.split(len);
-        self.delivery.send_new(block, kept, charge, None);
+        let seq = self.delivery.send_new(block, kept, charge, None);
         if let Some(r) = reply {
-            let _ = r.send(Admission::Accepted);
+            if delivered {
+                // Answered by the last sink's acknowledgement, or now if
+                // that already came.
+                match self.delivery.acks.retained.lock().get_mut(&seq) {
+                    Some(held) => held.reply = Some(r),
+                    None => {
+                        let _ = r.send(Admission::Accepted);
+                    }
+                }
+            } else {
+                let _ = r.send(Admission::Accepted);
+            }
         }
     }
 }
@@ -864,7 +926,11 @@ impl DiskDispatcher {
 
     /// Spools one block; true when something was written.
     fn admit(&mut self, sub: Submission) -> bool {
-        let Submission { block, reply } = sub;
+        let Submission {
+            block,
+            reply,
+            delivered,
+        } = sub;
         loop {
             match self.writer.append_with(|out| record::encode(&block, out)) {
                 Ok(ticket) => {
@@ -878,7 +944,7 @@ impl DiskDispatcher {
                 Err(AppendError::Full) => {
                     self.note_refusal();
                     let wait = self.when_full == WhenFull::Block
-                        && reply.is_none()
+                        && (reply.is_none() || delivered)
                         && !self.flags.stop.load(Ordering::SeqCst);
                     if wait {
                         // The socket is not read meanwhile: the sender waits.
@@ -906,7 +972,7 @@ impl DiskDispatcher {
                     self.counters.spool_errors.inc();
                     self.report_health();
                     let wait = self.when_full == WhenFull::Block
-                        && reply.is_none()
+                        && (reply.is_none() || delivered)
                         && !self.flags.stop.load(Ordering::SeqCst);
                     if wait {
                         // Streams wait for the disk like for a full spool.

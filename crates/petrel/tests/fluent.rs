@@ -151,6 +151,9 @@ c = socket.create_connection(('127.0.0.1', port))
 c.sendall(msgpack.packb(['bit.app', entries, {'size': n}]))
 # Forward mode: an array of entries.
 c.sendall(msgpack.packb(['bit.fwd', [[1700000001, {'message': 'forward-%d' % i}] for i in range(n)]]))
+# Large chunks back to back, cut by the socket reads anywhere, then EOF.
+big = b''.join(msgpack.packb(['bit.big', b''.join(msgpack.packb([1700000002, {'message': 'big-%d' % (k * 1000 + i), 'pad': 'x' * 150}]) for i in range(1000)), {'size': 1000}]) for k in range(n // 100))
+c.sendall(big)
 c.close()
 print('sent')
 "#;
@@ -177,10 +180,12 @@ fn python_fluent_logger_message_async_packed_and_forward_arrive_once_with_tag_fi
         PY_PACKED,
         &[port.to_string(), n.to_string()],
     );
-    let events = wait_json(&out, 4 * n);
+    let big = n / 100 * 1000;
+    let events = wait_json(&out, 4 * n + big);
     std::thread::sleep(Duration::from_millis(300));
     let events2 = json_lines(&out);
-    assert_eq!(events2.len(), 4 * n, "no more than the records sent");
+    assert_eq!(events2.len(), 4 * n + big, "no more than the records sent");
+    assert_once(&events, "big", big);
     assert_once(&events, "sync", n);
     assert_once(&events, "async", n);
     assert_once(&events, "packed", n);
@@ -221,6 +226,15 @@ const [port, n, mode, label, key, host] = process.argv.slice(2);
     flushInterval: 5,
   };
   if (key) opts.security = { clientHostname: host || "node-client", sharedKey: key };
+  const tlsDir = process.env.FLUENT_TLS_DIR;
+  if (tlsDir) {
+    const fs = require("fs");
+    opts.socket.tls = { ca: fs.readFileSync(tlsDir + "/ca.pem") };
+    if (process.env.FLUENT_TLS_CLIENT) {
+      opts.socket.tls.cert = fs.readFileSync(tlsDir + "/client.pem");
+      opts.socket.tls.key = fs.readFileSync(tlsDir + "/client.key");
+    }
+  }
   const logger = new FluentClient("node", opts);
   await logger.connect();
   const all = [];
@@ -594,4 +608,157 @@ fn kill_9_after_acknowledged_chunks_loses_none_with_the_disk_buffer() {
     // had not committed (here: everything the file sink wrote, since the
     // HTTP sink acknowledged nothing): at most once more each.
     assert!(dups <= total, "{dups}");
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl is needed (scripts/install-test-tools.sh)");
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `ca.pem`, and `<name>.pem`/`<name>.key` signed by it, in `dir`.
+fn certificates(dir: &Path) {
+    let req = |name: &str, cn: &str| {
+        vec![
+            "req".to_string(),
+            "-newkey".into(),
+            "rsa:2048".into(),
+            "-nodes".into(),
+            "-subj".into(),
+            format!("/CN={cn}"),
+            "-keyout".into(),
+            format!("{name}.key"),
+            "-out".into(),
+            format!("{name}.csr"),
+        ]
+    };
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=fluent-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    for (name, cn, ext) in [
+        (
+            "server",
+            "localhost",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "node-client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        let args = req(name, cn);
+        openssl(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.pem"),
+            ],
+        );
+    }
+}
+
+#[test]
+fn node_logger_over_mutual_tls_with_a_shared_key_is_acknowledged_and_a_client_without_certificate_refused(
+) {
+    clients();
+    let dir = tempdir();
+    let tls = dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    certificates(&tls);
+    let out = dir.path().join("out.ndjson");
+    let port = free_port();
+    let t = tls.display();
+    let cfg = config(
+        dir.path(),
+        port,
+        &format!(
+            "    tls: {{cert_file: {t}/server.pem, key_file: {t}/server.key, ca_file: {t}/ca.pem}}\n    security: {{shared_key: k3y, users: [{{username: u, password: p}}]}}\n"
+        ),
+        &out,
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    let n = 100;
+    let script = NODE_MODES.replace(
+        "sharedKey: key }",
+        "sharedKey: key, username: \"u\", password: \"p\" }",
+    );
+    let p = dir.path().join("tls.js");
+    std::fs::write(&p, &script).unwrap();
+    let mut cmd = Command::new("node");
+    cmd.arg(&p)
+        .args([
+            &port.to_string(),
+            &n.to_string(),
+            "PackedForward",
+            "tls",
+            "k3y",
+        ])
+        .env("NODE_PATH", clients().join("node/node_modules"))
+        .env("FLUENT_TLS_DIR", &tls)
+        .env("FLUENT_TLS_CLIENT", "1");
+    let said = run_client(cmd, "node-tls", dir.path());
+    assert!(said.contains(&format!("acked {n}")), "{said}");
+    assert_once(&json_lines(&out), "tls", n);
+
+    // Without a client certificate: refused by the TLS handshake.
+    let mut cmd = Command::new("node");
+    cmd.arg(&p)
+        .args([&port.to_string(), "2", "Message", "nocert", "k3y"])
+        .env("NODE_PATH", clients().join("node/node_modules"))
+        .env("FLUENT_TLS_DIR", &tls)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    wait_child(&mut child, "node without a client certificate");
+    let mut said = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    assert!(!said.contains("acked"), "{said}");
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &source_error("fluent", "fwd", "tls_handshake_failed"),
+        1.0,
+        true,
+    );
+    assert_eq!(json_lines(&out).len(), n);
 }

@@ -178,6 +178,8 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
         }
         if !pending.is_empty() {
             let data = buf.split_to(pos).freeze();
+            // `want` counts from the buffer's start, which moved.
+            want = want.saturating_sub(pos);
             pos = 0;
             if !submit(&intake, &peer, data, &mut pending).await {
                 break;

@@ -54,6 +54,8 @@ fi
 echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry sink and source tests (Go)"
 ./scripts/otelcol.sh
 ./scripts/install-hec-clients.sh  # splunk-logging (npm) for the splunk_hec source tests
+echo "== the Forward protocol clients of the fluent source tests (fluent-logger from PyPI, @fluent-org/logger from npm)"
+./scripts/install-fluent-clients.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

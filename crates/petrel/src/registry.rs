@@ -15,6 +15,7 @@ pub static SOURCES: &[&SourcePlugin] = &[
     &sources::journald::PLUGIN,
     &sources::kernel::PLUGIN,
     &sources::internal_logs::PLUGIN,
+    &sources::fluent::PLUGIN,
     &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,

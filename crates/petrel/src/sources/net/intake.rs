@@ -120,6 +120,31 @@ impl Intake {
         }
     }
 
+    /// Hands over `block` like [`Intake::submit`] (waiting while the queue
+    /// is full: backpressure, as any stream) and returns what answers once
+    /// the block is safe: delivered to every sink with the memory buffer,
+    /// durable in the spool with the disk buffer. For stream protocols that
+    /// acknowledge to their sender (the fluent source's `chunk`). `None`
+    /// once the source stops; the answer is dropped (never sent) if the
+    /// block is dropped or the source stops first.
+    pub async fn submit_acked(&self, block: Block) -> Option<oneshot::Receiver<Admission>> {
+        let (tx, rx) = oneshot::channel();
+        let delivered: OnDelivered = Box::new(move || {
+            let _ = tx.send(Admission::Accepted);
+        });
+        let ok = self
+            .tx
+            .send(Submission {
+                block,
+                reply: None,
+                delivered: Some(delivered),
+            })
+            .await
+            .is_ok();
+        self.dispatcher.unpark();
+        ok.then_some(rx)
+    }
+
     /// Hands over `block` if the queue has room, from a thread outside
     /// the runtime (datagram receivers, which must never block: they
     /// also watch for their stop and for the kernel's drops meanwhile).
@@ -314,8 +339,12 @@ fn start_with(
                 let mut i = 0;
                 while i < w.len() {
                     if w[i].0 <= durable {
-                        let (_, tx) = w.swap_remove(i);
-                        let _ = tx.send(Admission::Accepted);
+                        match w.swap_remove(i).1 {
+                            Waiter::Reply(tx) => {
+                                let _ = tx.send(Admission::Accepted);
+                            }
+                            Waiter::Durable(f) => f(),
+                        }
                     } else {
                         i += 1;
                     }
@@ -327,8 +356,12 @@ fn start_with(
             // that sends again may cause a duplicate, never a loss.
             let w3 = waiters.clone();
             writer.on_failure(move |why| {
-                for (_, tx) in w3.lock().drain(..) {
-                    let _ = tx.send(Admission::Failed(format!("cannot write the spool: {why}")));
+                for (_, w) in w3.lock().drain(..) {
+                    // A stream's acknowledgement is never given: the
+                    // sender keeps the data and sends it again.
+                    if let Waiter::Reply(tx) = w {
+                        let _ = tx.send(Admission::Failed(format!("cannot write the spool: {why}")));
+                    }
                 }
             });
             let mut d = DiskDispatcher {
@@ -564,9 +597,11 @@ impl Delivery {
         on_delivered: Option<OnDelivered>,
     ) {
         let seq = self.acks.next_seq.fetch_add(1, Ordering::SeqCst);
-        let frames = block.frames.len() as u64;
         let bytes: u64 = block.frames.iter().map(|s| s.len as u64).sum();
         let batch = self.batch(&block, extra, seq, chunk.as_deref());
+        // Events, not frames: a frame of the fluent, splunk_hec or OTLP
+        // source holds many.
+        let frames = batch.events.len() as u64;
         self.acks.retained.lock().insert(
             seq,
             Retained {
@@ -699,7 +734,11 @@ impl MemoryDispatcher {
     /// rates travel as one batch: the cost per batch (queues, wake-ups,
     /// a write and an acknowledgement per sink) dominates otherwise.
     fn coalesce(&mut self, first: Submission) -> Submission {
-        if first.reply.is_some() || first.block.buf.len() >= COALESCE_BYTES {
+        // A block answered or acknowledged on its own is never merged.
+        if first.reply.is_some()
+            || first.delivered.is_some()
+            || first.block.buf.len() >= COALESCE_BYTES
+        {
             return first;
         }
         let mut parts = vec![first.block];
@@ -709,6 +748,7 @@ impl MemoryDispatcher {
             match self.rx.try_recv() {
                 Ok(s)
                     if s.reply.is_none()
+                        && s.delivered.is_none()
                         && s.block.peer == parts[0].peer
                         && s.block.json == parts[0].json =>
                 {
@@ -808,7 +848,14 @@ impl MemoryDispatcher {
 // Disk buffer
 
 /// HTTP requests waiting for their record to be durable, by ticket.
-type Waiters = Arc<Mutex<Vec<(u64, oneshot::Sender<Admission>)>>>;
+/// Who waits for a spool write to be durable: a request's answer, or a
+/// stream's acknowledgement ([`Intake::submit_acked`]).
+enum Waiter {
+    Reply(oneshot::Sender<Admission>),
+    Durable(OnDelivered),
+}
+
+type Waiters = Arc<Mutex<Vec<(u64, Waiter)>>>;
 
 struct DiskDispatcher {
     rx: mpsc::Receiver<Submission>,
@@ -907,14 +954,24 @@ impl DiskDispatcher {
 
     /// Spools one block; true when something was written.
     fn admit(&mut self, sub: Submission) -> bool {
-        // `delivered` is dropped: an accepted block is durable.
-        let Submission { block, reply, .. } = sub;
+        // A request's `delivered` is dropped: its answer already means
+        // durable. A stream's is called once the write is durable.
+        let Submission {
+            block,
+            reply,
+            delivered,
+        } = sub;
         loop {
             match self.writer.append_with(|out| record::encode(&block, out)) {
                 Ok(ticket) => {
                     self.refusing_since = None;
-                    if let Some(r) = reply {
-                        self.waiters.lock().push((ticket, r));
+                    let waiter = match (reply, delivered) {
+                        (Some(r), _) => Some(Waiter::Reply(r)),
+                        (None, Some(f)) => Some(Waiter::Durable(f)),
+                        (None, None) => None,
+                    };
+                    if let Some(w) = waiter {
+                        self.waiters.lock().push((ticket, w));
                         self.writer.request_sync();
                     }
                     return true;

@@ -11,7 +11,7 @@ use petrel_core::plugin::SourceContext;
 use petrel_core::LazyCounter;
 use petrel_core::Span;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::watch;
 
 use super::intake::Intake;
@@ -197,11 +197,49 @@ pub struct StreamSpec {
     pub counters: StreamCounters,
 }
 
+/// A connection's bytes, plain or TLS, readable and writable.
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn for T {}
+
+/// An accepted connection handed to a protocol that answers its sender
+/// (acknowledgements, handshakes) instead of the read-only [`Splitter`]
+/// loop. The handler keeps the connection gauge and the idle timeout.
+pub struct Connection {
+    /// The connection, after the TLS handshake if any.
+    pub io: Box<dyn Conn>,
+    /// The peer's `ip:port` (or the socket path).
+    pub peer: Arc<str>,
+    /// Where to hand blocks.
+    pub intake: Intake,
+    /// Changes when the source stops.
+    pub stop: watch::Receiver<bool>,
+    /// The listener's options and counters.
+    pub spec: Arc<StreamSpec>,
+}
+
+/// Serves one [`Connection`] until it ends.
+pub type Serve = Arc<
+    dyn Fn(Connection) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// Binds now (so a taken port fails the start) and serves on `rt`.
 pub fn listen(
     rt: &tokio::runtime::Handle,
     spec: StreamSpec,
     intake: Intake,
+) -> anyhow::Result<StreamListener> {
+    listen_with(rt, spec, intake, None)
+}
+
+/// Like [`listen`], but each connection is served by `handler` when given
+/// (the spec's splitter is then unused).
+pub fn listen_with(
+    rt: &tokio::runtime::Handle,
+    spec: StreamSpec,
+    intake: Intake,
+    handler: Option<Serve>,
 ) -> anyhow::Result<StreamListener> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let alive = Arc::new(AtomicBool::new(true));
@@ -232,14 +270,18 @@ pub fn listen(
                     let peer: Arc<str> = peer.to_string().into();
                     let (spec, intake, stop) = (spec.clone(), intake.clone(), stop_rx.clone());
                     let acceptor = acceptor.clone();
+                    let handler = handler.clone();
                     tokio::spawn(async move {
                         let _permit = permit;
                         match acceptor {
-                            None => serve(sock, peer, &spec, &intake, stop).await,
+                            None => run_conn(sock, peer, spec, intake, stop, handler).await,
                             Some(a) => {
                                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, a.accept(sock)).await
                                 {
-                                    Ok(Ok(tls)) => serve(tls, peer, &spec, &intake, stop).await,
+                                    Ok(Ok(tls)) => {
+                                        run_conn(tls, peer, spec.clone(), intake, stop, handler)
+                                            .await
+                                    }
                                     Ok(Err(e)) => {
                                         spec.counters.tls_failed.inc();
                                         tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -287,9 +329,10 @@ pub fn listen(
                 {
                     let (spec, intake, stop, peer) =
                         (spec.clone(), intake.clone(), stop_rx.clone(), peer.clone());
+                    let handler = handler.clone();
                     tokio::spawn(async move {
                         let _permit = permit;
-                        serve(sock, peer, &spec, &intake, stop).await;
+                        run_conn(sock, peer, spec, intake, stop, handler).await;
                     });
                 }
                 alive2.store(false, Ordering::SeqCst);
@@ -317,6 +360,30 @@ pub fn remove_stale_socket(path: &std::path::Path) -> anyhow::Result<()> {
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Serves one connection with `handler`, or the splitter loop.
+async fn run_conn<S: Conn>(
+    sock: S,
+    peer: Arc<str>,
+    spec: Arc<StreamSpec>,
+    intake: Intake,
+    stop: watch::Receiver<bool>,
+    handler: Option<Serve>,
+) {
+    match handler {
+        None => serve(sock, peer, &spec, &intake, stop).await,
+        Some(h) => {
+            h(Connection {
+                io: Box::new(sock),
+                peer,
+                intake,
+                stop,
+                spec,
+            })
+            .await
+        }
     }
 }
 

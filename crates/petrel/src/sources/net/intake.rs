@@ -360,7 +360,8 @@ fn start_with(
                     // A stream's acknowledgement is never given: the
                     // sender keeps the data and sends it again.
                     if let Waiter::Reply(tx) = w {
-                        let _ = tx.send(Admission::Failed(format!("cannot write the spool: {why}")));
+                        let _ =
+                            tx.send(Admission::Failed(format!("cannot write the spool: {why}")));
                     }
                 }
             });

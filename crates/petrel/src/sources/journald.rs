@@ -40,7 +40,7 @@ use std::io::{BufRead, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ use petrel_core::{
     BatchAck, Event, EventBatch, Key, MemoryCharge, PipelineBudget, SourceInfo, Span, Value,
 };
 
-use super::ordered::OrderedCommits;
+use super::ordered::{readable, OrderedShared, RunningOrdered};
 
 /// Keys accepted by the journald source.
 pub const KEYS: &[&str] = &[
@@ -353,11 +353,7 @@ impl petrel_core::plugin::SourceConfig for JournaldConfig {
                 ctx.state.path().display()
             ),
         };
-        let shared = Arc::new(Shared {
-            commits: Arc::new(OrderedCommits::new(committed)),
-            stop_reading: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(committed, |c: &String| c.as_bytes().to_vec()));
         // `units` and an `include_matches._SYSTEMD_UNIT` both given: the
         // latter is applied here (see `journalctl_args`).
         let unit_filter = if self.units.is_empty() {
@@ -397,32 +393,13 @@ impl petrel_core::plugin::SourceConfig for JournaldConfig {
         let handle = std::thread::Builder::new()
             .name("petrel-journald".into())
             .spawn(move || reader.run())?;
-        Ok(Box::new(RunningJournald {
-            shared,
-            handle: Some(handle),
-            key: ctx.key,
-            state: ctx.state,
-        }))
+        Ok(Box::new(RunningOrdered::new(
+            shared, handle, ctx.key, ctx.state, "journal",
+        )))
     }
 }
 
-struct Shared {
-    commits: Arc<OrderedCommits<String>>,
-    stop_reading: AtomicBool,
-    stop: AtomicBool,
-}
-
-impl Shared {
-    /// Writes the checkpoint if it moved.
-    fn save(&self, state: &StateStore) -> std::io::Result<()> {
-        let Some(c) = self.commits.take_dirty() else {
-            return Ok(());
-        };
-        state
-            .save(c.as_bytes())
-            .inspect_err(|_| self.commits.set_dirty())
-    }
-}
+type Shared = OrderedShared<String>;
 
 /// Where the skipping of an over-large entry is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -1097,57 +1074,6 @@ fn journalctl_version(journalctl: &str) -> String {
         .unwrap_or_else(|| "version unknown".into())
 }
 
-/// True when `fd` has data (or end of file) within `timeout`.
-fn readable(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
-    rc > 0
-}
-
-/// The running journald source.
-struct RunningJournald {
-    shared: Arc<Shared>,
-    handle: Option<std::thread::JoinHandle<()>>,
-    key: String,
-    state: StateStore,
-}
-
-impl Source for RunningJournald {
-    fn begin_stop(&mut self, _deadline: Instant) {
-        self.shared.stop_reading.store(true, Ordering::SeqCst);
-    }
-
-    fn wait_stopped(mut self: Box<Self>, deadline: Instant) -> anyhow::Result<()> {
-        self.shared.stop_reading.store(true, Ordering::SeqCst);
-        // What is in flight is answered (or the deadline passes); the
-        // journal is still there, so what is not is read again next time.
-        while Instant::now() < deadline && !self.shared.commits.idle() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-        self.shared.save(&self.state).map_err(|e| {
-            anyhow::anyhow!(
-                "source {}: cannot save the journal checkpoint {}: {e}",
-                self.key,
-                self.state.path().display()
-            )
-        })
-    }
-
-    fn is_alive(&self) -> bool {
-        self.handle.as_ref().is_some_and(|h| !h.is_finished())
-            || self.shared.stop.load(Ordering::SeqCst)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1265,11 +1191,7 @@ mod tests {
                     journalctl: "journalctl".into(),
                     max_entry_bytes: 4096,
                 },
-                shared: Arc::new(Shared {
-                    commits: Arc::new(OrderedCommits::new(None)),
-                    stop_reading: AtomicBool::new(false),
-                    stop: AtomicBool::new(false),
-                }),
+                shared: Arc::new(Shared::new(None, |c: &String| c.as_bytes().to_vec())),
                 emitter: Arc::new(Null),
                 budget: PipelineBudget::new(petrel_core::MemoryBudget::new(1 << 24), 1 << 24),
                 info: Arc::default(),

@@ -24,7 +24,7 @@
 
 use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,7 +37,7 @@ use petrel_core::{
     BatchAck, Event, EventBatch, Key, LazyCounter, PipelineBudget, SourceInfo, Span, Value,
 };
 
-use super::ordered::OrderedCommits;
+use super::ordered::{readable, OrderedShared, RunningOrdered};
 
 /// Keys accepted by the kernel source.
 pub const KEYS: &[&str] = &["type", "id", "path", "since_now"];
@@ -277,11 +277,9 @@ impl petrel_core::plugin::SourceConfig for KernelConfig {
         }
         let mut meta: Vec<(Key, Arc<str>)> = ctx.meta.iter().cloned().collect();
         meta.push((Key::Borrowed("_BOOT_ID"), boot.clone().into()));
-        let shared = Arc::new(Shared {
-            commits: Arc::new(OrderedCommits::new(saved.clone())),
-            stop_reading: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(saved.clone(), |p: &Position| {
+            p.encode().into_bytes()
+        }));
         let m = &ctx.metrics;
         let mut reader = Reader {
             path: self.path.clone(),
@@ -306,12 +304,13 @@ impl petrel_core::plugin::SourceConfig for KernelConfig {
         let handle = std::thread::Builder::new()
             .name("petrel-kernel".into())
             .spawn(move || reader.run())?;
-        Ok(Box::new(RunningKernel {
+        Ok(Box::new(RunningOrdered::new(
             shared,
-            handle: Some(handle),
-            key: ctx.key,
-            state: ctx.state,
-        }))
+            handle,
+            ctx.key,
+            ctx.state,
+            "kernel log",
+        )))
     }
 }
 
@@ -331,22 +330,7 @@ fn open_kmsg(path: &str) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-struct Shared {
-    commits: Arc<OrderedCommits<Position>>,
-    stop_reading: AtomicBool,
-    stop: AtomicBool,
-}
-
-impl Shared {
-    fn save(&self, state: &StateStore) -> std::io::Result<()> {
-        let Some(p) = self.commits.take_dirty() else {
-            return Ok(());
-        };
-        state
-            .save(p.encode().as_bytes())
-            .inspect_err(|_| self.commits.set_dirty())
-    }
-}
+type Shared = OrderedShared<Position>;
 
 struct Reader {
     path: String,
@@ -519,54 +503,6 @@ impl Reader {
         self.metrics.sent_events.inc_by(n);
         self.metrics.sent_bytes.inc_by(input as u64);
         self.emitter.emit(batch);
-    }
-}
-
-/// True when `fd` has data within `timeout`.
-fn readable(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
-    rc > 0
-}
-
-struct RunningKernel {
-    shared: Arc<Shared>,
-    handle: Option<std::thread::JoinHandle<()>>,
-    key: String,
-    state: StateStore,
-}
-
-impl Source for RunningKernel {
-    fn begin_stop(&mut self, _deadline: Instant) {
-        self.shared.stop_reading.store(true, Ordering::SeqCst);
-    }
-
-    fn wait_stopped(mut self: Box<Self>, deadline: Instant) -> anyhow::Result<()> {
-        self.shared.stop_reading.store(true, Ordering::SeqCst);
-        while Instant::now() < deadline && !self.shared.commits.idle() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-        self.shared.save(&self.state).map_err(|e| {
-            anyhow::anyhow!(
-                "source {}: cannot save the kernel log checkpoint {}: {e}",
-                self.key,
-                self.state.path().display()
-            )
-        })
-    }
-
-    fn is_alive(&self) -> bool {
-        self.handle.as_ref().is_some_and(|h| !h.is_finished())
-            || self.shared.stop.load(Ordering::SeqCst)
     }
 }
 

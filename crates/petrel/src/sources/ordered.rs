@@ -7,8 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use petrel_core::plugin::Source;
+use petrel_core::state::StateStore;
 use petrel_core::AckReceiver;
 
 struct Pending<T> {
@@ -126,6 +130,115 @@ impl<T: Clone + Send> AckReceiver for OrderedCommits<T> {
             }
         }
     }
+}
+
+/// What the reader thread of a source with ordered commits shares with its
+/// handle: the commits, the stop flags, and how a position is saved.
+pub struct OrderedShared<T> {
+    /// Positions of batches in flight and the committed one.
+    pub commits: Arc<OrderedCommits<T>>,
+    /// Stop reading new data (what is in flight may still be answered).
+    pub stop_reading: AtomicBool,
+    /// Stop the thread.
+    pub stop: AtomicBool,
+    encode: fn(&T) -> Vec<u8>,
+}
+
+impl<T: Clone + Send> OrderedShared<T> {
+    /// Starting at `committed`; `encode` turns a position into what the
+    /// state store keeps.
+    pub fn new(committed: Option<T>, encode: fn(&T) -> Vec<u8>) -> Self {
+        Self {
+            commits: Arc::new(OrderedCommits::new(committed)),
+            stop_reading: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            encode,
+        }
+    }
+
+    /// Writes the checkpoint if it moved.
+    pub fn save(&self, state: &StateStore) -> std::io::Result<()> {
+        let Some(p) = self.commits.take_dirty() else {
+            return Ok(());
+        };
+        state
+            .save(&(self.encode)(&p))
+            .inspect_err(|_| self.commits.set_dirty())
+    }
+}
+
+/// A running source whose reader thread commits in order: stopping lets
+/// what is in flight be answered (until the deadline), then joins the
+/// thread and saves the checkpoint; what was not answered is read again
+/// at the next start.
+pub struct RunningOrdered<T> {
+    shared: Arc<OrderedShared<T>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+    key: String,
+    state: StateStore,
+    /// What the checkpoint is, for the error message.
+    what: &'static str,
+}
+
+impl<T> RunningOrdered<T> {
+    /// The handle of the reader thread `handle` of source `key`.
+    pub fn new(
+        shared: Arc<OrderedShared<T>>,
+        handle: std::thread::JoinHandle<()>,
+        key: String,
+        state: StateStore,
+        what: &'static str,
+    ) -> Self {
+        Self {
+            shared,
+            handle: Some(handle),
+            key,
+            state,
+            what,
+        }
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> Source for RunningOrdered<T> {
+    fn begin_stop(&mut self, _deadline: Instant) {
+        self.shared.stop_reading.store(true, Ordering::SeqCst);
+    }
+
+    fn wait_stopped(mut self: Box<Self>, deadline: Instant) -> anyhow::Result<()> {
+        self.shared.stop_reading.store(true, Ordering::SeqCst);
+        while Instant::now() < deadline && !self.shared.commits.idle() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.shared.save(&self.state).map_err(|e| {
+            anyhow::anyhow!(
+                "source {}: cannot save the {} checkpoint {}: {e}",
+                self.key,
+                self.what,
+                self.state.path().display()
+            )
+        })
+    }
+
+    fn is_alive(&self) -> bool {
+        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+            || self.shared.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// True when `fd` has data (or end of file) within `timeout`.
+pub fn readable(fd: i32, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+    rc > 0
 }
 
 #[cfg(test)]

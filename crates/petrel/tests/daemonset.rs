@@ -457,6 +457,21 @@ fn spec_for(t: &PodTemplate, image: &str, api_port: u16, hp: &HostPaths) -> Cont
                     "/var/lib/petrel" => hp.data.clone(),
                     "/var/lib/docker/containers" => hp.docker.clone(),
                     "/run/containerd/containerd.sock" => hp.socket.clone(),
+                    // The node's journal (for a journald source): empty
+                    // stand-ins, mounted read-only as the manifest says.
+                    "/var/log/journal" | "/run/log/journal" => {
+                        let d = hp
+                            .data
+                            .with_file_name(format!("journal{}", p.replace('/', "-")));
+                        std::fs::create_dir_all(&d).expect("journal stand-in");
+                        d
+                    }
+                    "/etc/machine-id" => {
+                        let f = hp.data.with_file_name("machine-id");
+                        std::fs::write(&f, "0123456789abcdef0123456789abcdef\n")
+                            .expect("machine-id stand-in");
+                        f
+                    }
                     other => panic!("hostPath {other}: not mapped to the lab by this test"),
                 },
                 None => panic!("volumeMount of an undeclared volume {vol}"),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
@@ -327,26 +327,23 @@ async fn handle(req: Request<Incoming>, s: &Shared, peer: Arc<str>) -> Response<
             );
         }
     };
-    let body = Limited::new(req.into_body(), s.max_body);
-    let body = match tokio::time::timeout(s.body_timeout, body.collect()).await {
-        Err(_) => {
+    let body = match body::read(req.into_body(), s.max_body, s.body_timeout).await {
+        Ok(b) => b,
+        Err(body::ReadError::Timeout) => {
             c.timeouts.inc();
             return error(
                 StatusCode::REQUEST_TIMEOUT,
                 "the body took too long to arrive",
             );
         }
-        Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                c.too_large.inc();
-                return too_large(s.max_body);
-            }
+        Err(body::ReadError::TooLarge) => {
+            c.too_large.inc();
+            return too_large(s.max_body);
+        }
+        Err(body::ReadError::Failed) => {
             c.stream.read_errors.inc();
             return error(StatusCode::BAD_REQUEST, "cannot read the body");
         }
-        Ok(Ok(b)) => b.to_bytes(),
     };
     let body = match body::decode(encoding, body, s.max_body) {
         Ok(b) => b,

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
@@ -589,25 +589,22 @@ async fn handle(req: hyper::Request<Incoming>, s: &Http, peer: Arc<str>) -> Resp
             );
         }
     };
-    let body = Limited::new(req.into_body(), s.max_body);
-    let body = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
-        Err(_) => {
+    let body = match body::read(req.into_body(), s.max_body, BODY_TIMEOUT).await {
+        Ok(b) => b,
+        Err(body::ReadError::Timeout) => {
             return error(StatusCode::REQUEST_TIMEOUT, json, "the body took too long");
         }
-        Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                s.too_large.inc();
-                return error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    json,
-                    "body larger than max_body_bytes",
-                );
-            }
+        Err(body::ReadError::TooLarge) => {
+            s.too_large.inc();
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json,
+                "body larger than max_body_bytes",
+            );
+        }
+        Err(body::ReadError::Failed) => {
             return error(StatusCode::BAD_REQUEST, json, "cannot read the body");
         }
-        Ok(Ok(b)) => b.to_bytes(),
     };
     let body: Bytes = match body::decode(encoding, body, s.max_body) {
         Ok(b) => b,

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -704,9 +704,9 @@ impl Shared {
                 ));
             }
         };
-        let body = Limited::new(req.into_body(), self.max_body);
-        let body = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
-            Err(_) => {
+        let body = match body::read(req.into_body(), self.max_body, BODY_TIMEOUT).await {
+            Ok(b) => b,
+            Err(body::ReadError::Timeout) => {
                 c.timeouts.inc();
                 return Err(hec(
                     StatusCode::REQUEST_TIMEOUT,
@@ -714,17 +714,14 @@ impl Shared {
                     "The body took too long to arrive",
                 ));
             }
-            Ok(Err(e)) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    c.too_large.inc();
-                    return Err(self.too_large());
-                }
+            Err(body::ReadError::TooLarge) => {
+                c.too_large.inc();
+                return Err(self.too_large());
+            }
+            Err(body::ReadError::Failed) => {
                 c.stream.read_errors.inc();
                 return Err(hec(StatusCode::BAD_REQUEST, 6, "Invalid data format"));
             }
-            Ok(Ok(b)) => b.to_bytes(),
         };
         match body::decode(encoding, body, self.max_body) {
             Ok(b) => Ok(b),

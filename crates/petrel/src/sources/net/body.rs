@@ -76,6 +76,38 @@ impl Inflate {
     }
 }
 
+/// Why a request body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    /// It did not arrive within the time allowed.
+    Timeout,
+    /// It is larger than the limit.
+    TooLarge,
+    /// The connection failed while reading it.
+    Failed,
+}
+
+/// Reads a request body of at most `max` bytes within `timeout`.
+pub async fn read(
+    body: hyper::body::Incoming,
+    max: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ReadError> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(body, max);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Err(_) => Err(ReadError::Timeout),
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ReadError::TooLarge)
+        }
+        Ok(Err(_)) => Err(ReadError::Failed),
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+    }
+}
+
 /// Decompresses `body` by `encoding`, at most `max` bytes.
 pub fn decode(encoding: Encoding, body: Bytes, max: usize) -> Result<Bytes, Inflate> {
     let invalid = Inflate::Invalid(encoding);

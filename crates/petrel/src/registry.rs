@@ -38,6 +38,8 @@ pub static PROCESSORS: &[&ProcessorPlugin] = &[
     &processors::throttle::PLUGIN,
     &processors::dedupe::PLUGIN,
     &processors::sample::PLUGIN,
+    #[cfg(feature = "remap")]
+    &processors::remap::PLUGIN,
 ];
 
 /// Sink kinds (`sinks:`).

@@ -105,6 +105,15 @@ const CASES: &[(&str, &str, &[&str])] = &[
         &["feedback_dotdot.yaml:6:11: the file sink writes `ll/sub/../out.log`, which source `file_0` of this pipeline reads: it would read its own output forever; write elsewhere or add the path to that source's `exclude`"],
     ),
     (
+        // VRL's own diagnostics, at their place in the program.
+        "remap.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    source: .a = foo(1)\n  - type: remap\n    source: .a = (\nsinks:\n  - type: blackhole\n",
+        &[
+            "remap.yaml:6:18: remap: VRL error[E105]: call to undefined function: undefined function: did you mean \"bool\"?",
+            "remap.yaml:8:19: remap: VRL error[E204]: syntax error: unexpected end of program: expected one of: \"identifier\", \"string literal\", \"raw string literal\", \"integer literal\", \"float literal\", \"regex literal\", \"timestamp literal\", \"function call\", \"path literal\", \"null\", \"true\", \"false\", \"_\", \"!\", \"[\", \"{\", \"(\"",
+        ],
+    ),
+    (
         "empty_include.yaml",
         "sources:\n  - type: file\n    include: [\"\"]\nsinks:\n  - type: stdout\n",
         &["empty_include.yaml:3:15: an include glob must not be empty; write a path such as `/var/log/app/*.log`"],

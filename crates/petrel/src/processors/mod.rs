@@ -12,6 +12,8 @@ pub mod parse_delimiter;
 pub mod parse_json;
 pub mod parse_regex;
 pub mod parse_timestamp;
+#[cfg(feature = "remap")]
+pub mod remap;
 pub mod sample;
 pub mod throttle;
 pub mod when;

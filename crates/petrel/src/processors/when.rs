@@ -34,7 +34,7 @@ pub const KEY_DOCS: &[KeyDoc] = &[KeyDoc {
     name: "when",
     kind: KeyKind::Condition,
     default: None,
-    doc: r#"`{include: {field: regex}, exclude: {field: regex}}`, the `filter` processor's language: the processor runs only on the events that match; the others pass through unchanged, in their place. Absent: every event."#,
+    doc: r#"`{include: {field: regex}, exclude: {field: regex}}`, the `filter` processor's language, or `{vrl: '<boolean VRL expression>'}` such as `{vrl: '.level == "error"'}` (as a `remap` program sees the event; an error does not match): the processor runs only on the events that match; the others pass through unchanged, in their place. Absent: every event."#,
 }];
 
 /// A condition on one event, in one of the forms `when:` accepts.
@@ -42,6 +42,9 @@ pub const KEY_DOCS: &[KeyDoc] = &[KeyDoc {
 pub enum When {
     /// `{include: ..., exclude: ...}`: regexes on fields.
     Condition(Condition),
+    /// `{vrl: '<boolean expression>'}`.
+    #[cfg(feature = "remap")]
+    Vrl(super::remap::VrlCondition),
 }
 
 impl When {
@@ -55,7 +58,12 @@ impl When {
             ));
             return None;
         }
-        // The one place another form (`{vrl: '...'}`) would be told apart.
+        // The one place the forms are told apart.
+        #[cfg(feature = "remap")]
+        if let Some(v) = node.as_map_quiet().and_then(|m| m.get("vrl")) {
+            node.as_map(&["vrl"])?;
+            return super::remap::VrlCondition::parse(v).map(When::Vrl);
+        }
         let map = node.as_map(&["include", "exclude"])?;
         Condition::parse(&map, what).map(When::Condition)
     }
@@ -65,6 +73,8 @@ impl When {
     pub fn matches(&self, batch: &EventBatch, ev: &Event) -> bool {
         match self {
             When::Condition(c) => c.matches(batch, ev),
+            #[cfg(feature = "remap")]
+            When::Vrl(c) => c.matches(batch, ev),
         }
     }
 }
@@ -153,6 +163,40 @@ mod tests {
         let w = When::parse(Node::root(&file, &raw, &errs), "when");
         assert!(errs.is_empty(), "{:?}", errs.into_vec());
         w.expect("condition")
+    }
+
+    #[cfg(feature = "remap")]
+    #[test]
+    fn vrl_condition_runs_the_processor_on_matching_events() {
+        let p = WhenProcessor {
+            when: when(
+                "vrl: 'starts_with(string!(.message), \"{\") && %file == \"/var/log/t.log\"'\n",
+            ),
+            inner: Box::new(
+                filter::Filter::new(
+                    &parse_cfg(
+                        "type: filter\ninclude:\n  message: \"keep\"\n",
+                        filter::KEYS,
+                        filter::Config::parse,
+                    )
+                    .expect("config"),
+                    metrics(),
+                )
+                .unwrap(),
+            ),
+        };
+        let mut b = batch_of(&["{drop", "plain", "{keep", "x"]);
+        p.process(&mut b);
+        assert_eq!(messages(&b), vec!["plain", "{keep", "x"]);
+        // Not boolean, or not compiling: configuration errors.
+        for bad in ["vrl: '.message'\n", "vrl: '.a = ('\n"] {
+            let file: Arc<str> = "t.yaml".into();
+            let raw = parse_yaml(&file, bad).expect("yaml");
+            let errs = ConfigErrors::new();
+            assert!(When::parse(Node::root(&file, &raw, &errs), "when").is_none());
+            let errs = errs.into_vec();
+            assert!(errs[0].to_string().starts_with("t.yaml:1:"), "{errs:?}");
+        }
     }
 
     fn messages(b: &EventBatch) -> Vec<String> {

@@ -1,0 +1,396 @@
+//! End-to-end tests of the `remap` processor (VRL) through the real
+//! binary: real programs on events read from files (Apache and nginx
+//! lines, grok, logfmt, JSON with nested assignment, `abort`, runtime
+//! errors with `drop_on_error` both ways), exact output and counters; bad
+//! input (a line that is not UTF-8, a 10 MB line, a program building a
+//! huge value) gives counted errors, never a crash; `petrel validate`
+//! reports a VRL compile error at its line and column and exits 2.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Writes pipeline `name` (in `dir/conf`) reading `dir/name.log` from the
+/// beginning through one `remap` with `keys` (YAML lines indented by four
+/// spaces) into `dir/name.ndjson`; returns the output path.
+fn pipeline(dir: &Path, name: &str, input: &[u8], keys: &str, source_keys: &str) -> PathBuf {
+    let input_path = dir.join(format!("{name}.log"));
+    std::fs::write(&input_path, input).expect("write input");
+    let out = dir.join(format!("{name}.ndjson"));
+    let conf = dir.join("conf");
+    std::fs::create_dir_all(&conf).expect("conf dir");
+    write_config(
+        &conf,
+        name,
+        &format!(
+            "sources:\n  - type: file\n    id: in\n    include: [\"{}\"]\n    read_from: beginning\n{source_keys}processors:\n  - type: remap\n    id: vrl\n    timezone: UTC\n{keys}sinks:\n  - type: file\n    id: out\n    path: \"{}\"\n    encoding: ndjson\n",
+            input_path.display(),
+            out.display()
+        ),
+    );
+    out
+}
+
+/// `source: |` with the program's lines.
+fn source(program: &str) -> String {
+    let mut s = String::from("    source: |\n");
+    for l in program.lines() {
+        s.push_str("      ");
+        s.push_str(l);
+        s.push('\n');
+    }
+    s
+}
+
+/// The records of an ndjson file without `host` and `file` (the same on
+/// every record).
+fn records(path: &Path) -> Vec<Value> {
+    json_lines(path)
+        .into_iter()
+        .map(|mut v| {
+            if let Value::Object(m) = &mut v {
+                m.remove("file");
+                if m.get("host").and_then(Value::as_str) == Some(hostname().as_str()) {
+                    m.remove("host");
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+fn counter(agent: &Agent, p: &str, name: &str, label: (&str, &str)) -> f64 {
+    let mut l = component(p, "processor", "vrl");
+    l.push(label);
+    agent.metric_or_zero(name, &l)
+}
+
+#[test]
+fn real_programs_on_real_lines_exact_output_and_counters() {
+    let dir = tempdir();
+    let d = dir.path();
+    let apache = pipeline(
+        d,
+        "apache",
+        b"127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] \"GET /apache_pb.gif HTTP/1.0\" 200 2326\n",
+        &source(". = merge(., parse_apache_log!(.message, \"common\"))"),
+        "",
+    );
+    let nginx = pipeline(
+        d,
+        "nginx",
+        b"172.17.0.1 - alice [01/Apr/2021:12:02:31 +0000] \"POST /not-found HTTP/1.1\" 404 153 \"http://localhost/somewhere\" \"Mozilla/5.0\" \"2.75\"\n",
+        &source(". = merge(., parse_nginx_log!(.message, \"combined\"))\ndel(.message)"),
+        "",
+    );
+    let grok = pipeline(
+        d,
+        "grok",
+        b"2020-10-02T23:22:12.223222Z info Hello world\n",
+        &source(
+            ". = merge(., parse_grok!(.message, \"%{TIMESTAMP_ISO8601:ts} %{LOGLEVEL:level} %{GREEDYDATA:msg}\"))",
+        ),
+        "",
+    );
+    let logfmt = pipeline(
+        d,
+        "logfmt",
+        b"level=warn msg=\"disk full\" pct=97\n",
+        &source(". = merge(., parse_logfmt!(.message))\n.pct = to_int!(.pct)"),
+        "",
+    );
+    let json = pipeline(
+        d,
+        "json",
+        b"{\"level\":\"info\",\"user\":{\"id\":7}}\n{\"level\":\"debug\"}\n",
+        &source(
+            ". = merge(., object!(parse_json!(.message)))\n.level = upcase!(.level)\n.user.name = \"u\" + to_string!(.user.id)\nif .level == \"DEBUG\" { abort }",
+        ),
+        "",
+    );
+    let keep = pipeline(
+        d,
+        "err_keep",
+        b"12\nnot a number\n",
+        &source(".n = to_int!(.message)"),
+        "",
+    );
+    let drop = pipeline(
+        d,
+        "err_drop",
+        b"12\nnot a number\n",
+        &format!(
+            "{}    drop_on_error: true\n",
+            source(".n = to_int!(.message)")
+        ),
+        "",
+    );
+    let conf = d.join("conf");
+    let mut agent = Agent::start(&conf, &d.join("data"));
+    for (out, n) in [
+        (&apache, 1),
+        (&nginx, 1),
+        (&grok, 1),
+        (&logfmt, 1),
+        (&json, 1),
+        (&keep, 2),
+        (&drop, 1),
+    ] {
+        wait_lines(out, n);
+    }
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &[
+            ("pipeline", "err_drop"),
+            ("component_kind", "processor"),
+            ("component_id", "vrl"),
+            ("error_type", "remap"),
+        ],
+        1.0,
+        false,
+    );
+    assert_eq!(
+        counter(
+            &agent,
+            "json",
+            "petrel_component_discarded_events_total",
+            ("reason", "remap_abort")
+        ),
+        1.0
+    );
+    assert_eq!(
+        counter(
+            &agent,
+            "err_keep",
+            "petrel_component_errors_total",
+            ("error_type", "remap")
+        ),
+        1.0
+    );
+    assert_eq!(
+        counter(
+            &agent,
+            "err_keep",
+            "petrel_component_discarded_events_total",
+            ("reason", "remap_error")
+        ),
+        0.0
+    );
+    assert_eq!(
+        counter(
+            &agent,
+            "err_drop",
+            "petrel_component_discarded_events_total",
+            ("reason", "remap_error")
+        ),
+        1.0
+    );
+    for p in ["apache", "nginx", "grok", "logfmt"] {
+        assert_eq!(
+            counter(
+                &agent,
+                p,
+                "petrel_component_errors_total",
+                ("error_type", "remap")
+            ),
+            0.0,
+            "{p}"
+        );
+    }
+    agent.stop();
+
+    assert_eq!(
+        records(&apache),
+        vec![json!({
+            // parse_apache_log's own `message` (the request) replaces it.
+            "message": "GET /apache_pb.gif HTTP/1.0",
+            "timestamp": "2000-10-10T20:55:36.000000000Z",
+            "host": "127.0.0.1", "method": "GET", "path": "/apache_pb.gif",
+            "protocol": "HTTP/1.0", "size": 2326, "status": 200, "user": "frank"
+        })]
+    );
+    assert_eq!(
+        records(&nginx),
+        vec![json!({
+            // A deleted message is written as null.
+            "message": null,
+            "timestamp": "2021-04-01T12:02:31.000000000Z",
+            "agent": "Mozilla/5.0", "client": "172.17.0.1", "compression": "2.75",
+            "referer": "http://localhost/somewhere", "request": "POST /not-found HTTP/1.1",
+            "size": 153, "status": 404, "user": "alice"
+        })]
+    );
+    assert_eq!(
+        records(&grok),
+        vec![json!({
+            "message": "2020-10-02T23:22:12.223222Z info Hello world",
+            "level": "info", "msg": "Hello world", "ts": "2020-10-02T23:22:12.223222Z"
+        })]
+    );
+    assert_eq!(
+        records(&logfmt),
+        vec![json!({
+            "message": "level=warn msg=\"disk full\" pct=97",
+            "level": "warn", "msg": "disk full", "pct": 97
+        })]
+    );
+    assert_eq!(
+        records(&json),
+        vec![json!({
+            "message": "{\"level\":\"info\",\"user\":{\"id\":7}}",
+            "level": "INFO", "user": {"id": 7, "name": "u7"}
+        })]
+    );
+    assert_eq!(
+        records(&keep),
+        vec![
+            json!({"message": "12", "n": 12}),
+            json!({"message": "not a number"})
+        ]
+    );
+    assert_eq!(records(&drop), vec![json!({"message": "12", "n": 12})]);
+}
+
+#[test]
+fn bad_input_is_a_counted_error_never_a_crash() {
+    let dir = tempdir();
+    let d = dir.path();
+    // Not UTF-8: a line that is not JSON fails, counted, and passes
+    // unchanged; JSON with an invalid byte in a string is parsed (VRL
+    // reads it lossily).
+    let utf8 = pipeline(
+        d,
+        "utf8",
+        b"\xff\xfenot json\n{\"a\":\"\xff\"}\n",
+        &source(". = merge(., object!(parse_json!(.message)))"),
+        "",
+    );
+    // A 10 MB line: doubling it is over max_output_bytes (4 MiB).
+    let mut big = vec![b'x'; 10 << 20];
+    big.push(b'\n');
+    big.extend_from_slice(b"small\n");
+    let big_out = pipeline(
+        d,
+        "big",
+        &big,
+        &source("s = string!(.message)\n.copy = s + s"),
+        "    max_line_bytes: 16MiB\n",
+    );
+    // A program building a huge value out of a short line: 2^20 copies
+    // (16 MiB).
+    let mut doubling = String::from("s = string!(.message)\n");
+    for _ in 0..20 {
+        doubling.push_str("s = s + s\n");
+    }
+    doubling.push_str(".big = s\n");
+    let huge = pipeline(d, "huge", b"0123456789abcdef\n", &source(&doubling), "");
+    let conf = d.join("conf");
+    let mut agent = Agent::start_with(
+        &conf,
+        &d.join("data"),
+        AgentOptions {
+            args: vec!["--memory-limit".into(), "64MiB".into()],
+            ..AgentOptions::default()
+        },
+    );
+    wait_lines(&utf8, 2);
+    wait_lines(&big_out, 2);
+    wait_lines(&huge, 1);
+    for p in ["utf8", "big", "huge"] {
+        let mut l = component(p, "processor", "vrl");
+        l.push(("error_type", "remap"));
+        wait_metric(&agent, "petrel_component_errors_total", &l, 1.0, false);
+    }
+    assert!(agent.stderr().contains("remap"), "{}", agent.stderr());
+    agent.stop();
+    let got = records(&big_out);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0]["message"].as_str().map(str::len), Some(10 << 20));
+    assert!(got[0].get("copy").is_none());
+    assert_eq!(got[1], json!({"message": "small", "copy": "smallsmall"}));
+    let got = records(&huge);
+    assert_eq!(got, vec![json!({"message": "0123456789abcdef"})]);
+    let got = records(&utf8);
+    assert_eq!(
+        got,
+        vec![
+            json!({"message": "\u{fffd}\u{fffd}not json"}),
+            json!({"message": "{\"a\":\"\u{fffd}\"}", "a": "\u{fffd}"}),
+        ]
+    );
+}
+
+#[test]
+fn validate_reports_vrl_errors_at_their_place_and_exits_2() {
+    let dir = tempdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("bad.yaml"),
+        "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    source: |\n      .a = 1\n      .b = parse_json(.message)\nsinks:\n  - type: blackhole\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_to_end(d, &["validate", "--config", "bad.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("bad.yaml:8:12: remap: VRL error[E103]"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+
+    // A program in a file: the position is in that file.
+    std::fs::write(d.join("p.vrl"), ".a = 1\n.b = (\n").unwrap();
+    std::fs::write(
+        d.join("file.yaml"),
+        "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    file: p.vrl\nsinks:\n  - type: blackhole\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(d, &["validate", "--config", "file.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stdout.starts_with("file.yaml:6:11: remap: "), "{stdout}");
+    assert!(stdout.contains("p.vrl:2:7: VRL error[E203]"), "{stdout}");
+
+    // The environment is off by default.
+    std::fs::write(
+        d.join("env.yaml"),
+        "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    source: .k = get_env_var!(\"HOME\")\nsinks:\n  - type: blackhole\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(d, &["validate", "--config", "env.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stdout.contains("allow_env: true"), "{stdout}");
+}
+
+#[test]
+fn petrel_test_runs_remap_pipelines() {
+    let dir = tempdir();
+    let d = dir.path();
+    let conf = d.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    write_config(
+        &conf,
+        "app",
+        "sources:\n  - type: file\n    id: in\n    include: [\"/var/log/app/*.log\"]\nprocessors:\n  - type: remap\n    id: vrl\n    source: |\n      . = merge(., object!(parse_json!(.message)))\n      .level = upcase!(.level)\n      if .level == \"DEBUG\" { abort }\n      .app = %k8s.labels.app\nsinks:\n  - type: blackhole\n    id: out\n",
+    );
+    std::fs::write(
+        conf.join("app.test.yaml"),
+        "tests:\n  - name: json becomes fields, debug is dropped\n    input:\n      - '{\"level\":\"info\",\"n\":1}'\n      - '{\"level\":\"debug\"}'\n      - 'not json'\n    meta: {k8s.labels.app: shop}\n    at: vrl\n    expect:\n      count: 2\n      dropped: {remap_abort: 1}\n      events:\n        - equals: {level: INFO, n: 1, app: shop}\n        - equals: {message: not json}\n          absent: [level, app]\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_to_end(d, &["test", "--config", "conf"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("ok   conf/app.test.yaml: json becomes fields, debug is dropped"),
+        "{stdout}"
+    );
+    // The same test with a wrong expectation fails.
+    let failing = std::fs::read_to_string(conf.join("app.test.yaml"))
+        .unwrap()
+        .replace("level: INFO", "level: info");
+    std::fs::write(d.join("fail.test.yaml"), failing).unwrap();
+    let (code, stdout, _) = run_to_end(d, &["test", "--config", "conf", "fail.test.yaml"]);
+    assert_eq!(code, Some(1), "{stdout}");
+}

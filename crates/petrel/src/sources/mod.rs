@@ -2,6 +2,7 @@
 //! machinery receiving sources share (`net`).
 
 pub mod file;
+pub mod beats;
 pub mod fluent;
 pub mod http;
 pub mod internal_logs;

@@ -211,7 +211,12 @@ fn windows_of_json_pairs_and_compressed_frames_are_acked_once_the_file_has_them(
     let events = lines_now(&out);
     assert_eq!(events.len(), 3 + 2 + 1000 + 3000);
     let c = counts(&events);
-    for (label, n) in [("plain", 3), ("forwarded", 2), ("zipped", 1000), ("big", 3000)] {
+    for (label, n) in [
+        ("plain", 3),
+        ("forwarded", 2),
+        ("zipped", 1000),
+        ("big", 3000),
+    ] {
         for i in 1..=n {
             assert_eq!(c.get(&format!("{label}-{i}")), Some(&1), "{label}-{i} once");
         }
@@ -277,7 +282,9 @@ fn garbage_oversized_bad_json_bad_zlib_and_silent_clients_are_counted_and_earlie
         &out,
     );
     let agent = Agent::start(&cfg, &dir.path().join("data"));
-    let errors = |t: &str| source_error("beats", "lj", t);
+    fn errors(t: &str) -> Vec<(&str, &str)> {
+        source_error("beats", "lj", t)
+    }
     let read_to_close = |s: &mut TcpStream| {
         let mut got = Vec::new();
         s.read_to_end(&mut got)
@@ -298,7 +305,13 @@ fn garbage_oversized_bad_json_bad_zlib_and_silent_clients_are_counted_and_earlie
     w.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
     s.write_all(&w).unwrap();
     assert_eq!(read_to_close(&mut s), ack(2));
-    wait_metric(&agent, "petrel_component_errors_total", &errors("invalid_frame"), 1.0, false);
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &errors("invalid_frame"),
+        1.0,
+        false,
+    );
 
     // A frame declaring 1 MiB against max_frame_bytes 4KiB.
     let mut s = client(port);
@@ -307,7 +320,13 @@ fn garbage_oversized_bad_json_bad_zlib_and_silent_clients_are_counted_and_earlie
     w.extend_from_slice(&[b'2', b'J', 0, 0, 0, 2, 0, 0x10, 0, 0]);
     s.write_all(&w).unwrap();
     assert_eq!(read_to_close(&mut s), ack(1));
-    wait_metric(&agent, "petrel_component_errors_total", &errors("frame_too_large"), 1.0, false);
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &errors("frame_too_large"),
+        1.0,
+        false,
+    );
 
     // A data frame that is no JSON object.
     let mut s = client(port);
@@ -316,7 +335,13 @@ fn garbage_oversized_bad_json_bad_zlib_and_silent_clients_are_counted_and_earlie
     w.extend(json_frame(b'2', 2, "[1,2,3]"));
     s.write_all(&w).unwrap();
     assert_eq!(read_to_close(&mut s), ack(1));
-    wait_metric(&agent, "petrel_component_errors_total", &errors("invalid_frame"), 2.0, false);
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &errors("invalid_frame"),
+        2.0,
+        false,
+    );
 
     // A compressed frame that is not zlib.
     let mut s = client(port);
@@ -339,7 +364,13 @@ fn garbage_oversized_bad_json_bad_zlib_and_silent_clients_are_counted_and_earlie
     w.extend(compressed(b'2', &vec![b' '; 1 << 20]));
     s.write_all(&w).unwrap();
     assert_eq!(read_to_close(&mut s), Vec::<u8>::new());
-    wait_metric(&agent, "petrel_component_errors_total", &errors("frame_too_large"), 2.0, false);
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &errors("frame_too_large"),
+        2.0,
+        false,
+    );
 
     // A client that sends half a frame and then nothing: closed once idle.
     let mut s = client(port);
@@ -349,7 +380,13 @@ fn garbage_oversized_bad_json_bad_zlib_and_silent_clients_are_counted_and_earlie
     let started = Instant::now();
     assert_eq!(read_to_close(&mut s), Vec::<u8>::new());
     assert!(started.elapsed() < Duration::from_secs(20));
-    wait_metric(&agent, "petrel_component_errors_total", &errors("idle_timeout"), 1.0, true);
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &errors("idle_timeout"),
+        1.0,
+        true,
+    );
 
     // Each good event once; nothing of the refused frames.
     let events = wait_for(LONG, "the four good events", || {
@@ -436,14 +473,18 @@ fn kill_9_after_acknowledged_windows_loses_none_with_the_disk_buffer() {
             .map(|b| b.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count())
             .sum::<usize>()
     };
-    wait_for(LONG, "every acknowledged event at the HTTP receiver", || {
-        let n = http_count();
-        if n >= total {
-            Ok(())
-        } else {
-            Err(format!("{n} of {total}"))
-        }
-    });
+    wait_for(
+        LONG,
+        "every acknowledged event at the HTTP receiver",
+        || {
+            let n = http_count();
+            if n >= total {
+                Ok(())
+            } else {
+                Err(format!("{n} of {total}"))
+            }
+        },
+    );
     let events = wait_for(LONG, "every acknowledged event in the file", || {
         let v = lines_now(&out);
         if v.len() >= total {
@@ -530,8 +571,8 @@ fn go_lumber_tst_send_windowed_compressed_and_pipelined_every_acked_event_arrive
         let want = 20 * batch;
         let acked_seen = wait_for(LONG, "tst-send to have 20 windows acknowledged", || {
             if let Ok(Some(st)) = child.0.try_wait() {
-                let err = std::fs::read_to_string(dir.path().join("tst-send.err"))
-                    .unwrap_or_default();
+                let err =
+                    std::fs::read_to_string(dir.path().join("tst-send.err")).unwrap_or_default();
                 panic!("tst-send exited ({st}): {err}");
             }
             match acked(http) {
@@ -558,7 +599,10 @@ fn go_lumber_tst_send_windowed_compressed_and_pipelined_every_acked_event_arrive
             assert!(lines.contains(m), "a line of tst-send's text: {e}");
             assert_eq!(e["type"], "filebeat", "{e}");
             assert_eq!(e["offset"], 1000, "{e}");
-            assert!(e["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{e}");
+            assert!(
+                e["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+                "{e}"
+            );
             assert!(e.get("@timestamp").is_none(), "{e}");
         }
         eprintln!(
@@ -566,4 +610,43 @@ fn go_lumber_tst_send_windowed_compressed_and_pipelined_every_acked_event_arrive
         );
         before = events_after.len();
     }
+}
+
+#[test]
+fn sinks_route_on_the_nested_metadata_beat() {
+    let dir = tempdir();
+    let (win, other) = (
+        dir.path().join("win.ndjson"),
+        dir.path().join("other.ndjson"),
+    );
+    let port = free_port();
+    let cfg = write_config(
+        dir.path(),
+        "beats",
+        &format!(
+            "sources:\n  - type: beats\n    address: 127.0.0.1:{port}\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n    when:\n      include: {{ \"@metadata.beat\": '^winlogbeat$' }}\n  - type: file\n    path: {}\n    encoding: ndjson\n    when:\n      exclude: {{ \"@metadata.beat\": '^winlogbeat$' }}\n",
+            win.display(),
+            other.display()
+        ),
+    );
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    let mut s = client(port);
+    let mut w = window(b'2', 3);
+    for (i, beat) in [(1, "winlogbeat"), (2, "filebeat"), (3, "winlogbeat")] {
+        w.extend(json_frame(
+            b'2',
+            i,
+            &format!(r#"{{"message":"m{i}","@metadata":{{"beat":"{beat}"}}}}"#),
+        ));
+    }
+    s.write_all(&w).unwrap();
+    assert_eq!(read_ack(&mut s), (b'2', 3));
+    let names = |p: &Path| -> Vec<String> {
+        lines_now(p)
+            .iter()
+            .map(|e| e["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&win), ["m1", "m3"]);
+    assert_eq!(names(&other), ["m2"]);
 }

@@ -1,8 +1,8 @@
 //! Sources: where events enter the agent. One module per plugin, plus the
 //! machinery receiving sources share (`net`).
 
-pub mod file;
 pub mod beats;
+pub mod file;
 pub mod fluent;
 pub mod http;
 pub mod internal_logs;

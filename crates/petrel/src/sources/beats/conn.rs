@@ -10,18 +10,15 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use petrel_core::Span;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::BeatsCounters;
 use crate::sources::net::intake::{Admission, Intake};
 use crate::sources::net::stream::Connection;
 use crate::sources::net::{now_ns, Block};
-
-/// Bytes asked of one read.
-const READ_BYTES: usize = 64 << 10;
 
 /// A window's events are handed over in parts of about this size, each
 /// acknowledged on its own: memory per connection stays bounded whatever
@@ -144,7 +141,7 @@ fn frame(b: &[u8], max: usize) -> Result<Option<(u8, usize, Frame)>, Bad> {
 /// replaced.
 fn pairs_to_json(b: &[u8], mut at: usize, count: u32, out: &mut BytesMut) {
     let mut obj = serde_json::Map::with_capacity(count as usize);
-    let mut next = |at: &mut usize| -> String {
+    let next = |at: &mut usize| -> String {
         let len = u32::from_be_bytes([b[*at], b[*at + 1], b[*at + 2], b[*at + 3]]) as usize;
         let s = String::from_utf8_lossy(&b[*at + 4..*at + 4 + len]).into_owned();
         *at += 4 + len;
@@ -153,7 +150,11 @@ fn pairs_to_json(b: &[u8], mut at: usize, count: u32, out: &mut BytesMut) {
     for _ in 0..count {
         let k = next(&mut at);
         let v = next(&mut at);
-        let k = if k == "line" { "message".to_string() } else { k };
+        let k = if k == "line" {
+            "message".to_string()
+        } else {
+            k
+        };
         obj.insert(k, serde_json::Value::String(v));
     }
     // Writing a map of strings into memory does not fail.
@@ -213,7 +214,10 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
     // sends the rest again.
     let (abort_tx, mut abort_rx) = oneshot::channel::<()>();
     let writer = tokio::spawn(write_acks(wr, ack_rx, abort_tx));
-    let mut buf = BytesMut::with_capacity(READ_BYTES);
+    // Grown as data arrives (see `read_room`): an idle connection holds
+    // half a KiB, a busy one reads 64 KiB at a time.
+    let mut buf = BytesMut::new();
+    let mut last_read = 0usize;
     let mut side = BytesMut::new();
     let mut pos = 0usize;
     let mut part = Part {
@@ -374,13 +378,20 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
                                     ));
                                     break;
                                 }
-                                part.frames
-                                    .push(Span::new(base + at + payload.0, p.len()));
+                                part.frames.push(Span::new(base + at + payload.0, p.len()));
                                 part.bytes += len;
                                 part.last_seq = seq;
                                 at += len;
                             }
-                            Ok(Some((_, len, Frame::Pairs { seq, count, at: pairs }))) => {
+                            Ok(Some((
+                                _,
+                                len,
+                                Frame::Pairs {
+                                    seq,
+                                    count,
+                                    at: pairs,
+                                },
+                            ))) => {
                                 let begin = side.len();
                                 pairs_to_json(&inflated[at..at + len], pairs, count, &mut side);
                                 part.frames.push(Span::new(begin, side.len() - begin));
@@ -425,15 +436,15 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
                     }
                 }
             }
-            if part.bytes >= PART_BYTES || (remaining == 0 && !part.frames.is_empty()) {
-                if !flush(
+            let full = part.bytes >= PART_BYTES || (remaining == 0 && !part.frames.is_empty());
+            if full
+                && !flush(
                     &mut part, &mut buf, &mut pos, &mut side, &intake, &peer, &ack_tx, version,
                     window,
                 )
                 .await
-                {
-                    break 'conn;
-                }
+            {
+                break 'conn;
             }
         }
         if close {
@@ -448,9 +459,7 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
             buf.advance(pos);
             pos = 0;
         }
-        if buf.capacity() - buf.len() < READ_BYTES / 4 {
-            buf.reserve(READ_BYTES);
-        }
+        crate::sources::net::stream::read_room(&mut buf, last_read);
         let read = tokio::select! {
             r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
             _ = stop.changed() => break,
@@ -482,7 +491,7 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
                 .await;
                 break;
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(n)) => last_read = n,
         }
     }
     // Acknowledgements of what was accepted are still written, while the
@@ -581,8 +590,7 @@ async fn write_acks<W: AsyncWrite + Unpin>(
             let _ = abort.send(());
             return;
         }
-        if wr.write_all(&ack_frame(p.version, p.seq)).await.is_err() || wr.flush().await.is_err()
-        {
+        if wr.write_all(&ack_frame(p.version, p.seq)).await.is_err() || wr.flush().await.is_err() {
             return;
         }
         last = Some((p.window, p.seq));
@@ -591,7 +599,7 @@ async fn write_acks<W: AsyncWrite + Unpin>(
 
 /// Everything `r` yields until its end.
 #[cfg(test)]
-async fn read_all<R: AsyncRead + Unpin>(r: &mut R) -> Vec<u8> {
+async fn read_all<R: tokio::io::AsyncRead + Unpin>(r: &mut R) -> Vec<u8> {
     let mut v = Vec::new();
     let _ = r.read_to_end(&mut v).await;
     v
@@ -655,6 +663,60 @@ mod tests {
         assert_eq!(v["file"], "/var/log/a");
         // A pair whose length runs past the frame's end waits for more.
         assert_eq!(frame(&f[..f.len() - 1], 1024), Ok(None));
+    }
+
+    /// Random and mutated input never panics the frame reader, and every
+    /// key/value frame it accepts converts to a JSON object.
+    #[test]
+    fn random_inputs() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut good = window(b'2', 2);
+        good.extend(j(1, r#"{"a":1}"#));
+        let mut d = vec![b'1', b'D', 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4];
+        d.extend_from_slice(b"line\0\0\0\x02hi");
+        good.extend(&d);
+        for round in 0..20_000 {
+            let mut b = if round % 2 == 0 {
+                let n = (next() % 64) as usize;
+                (0..n).map(|_| next() as u8).collect::<Vec<u8>>()
+            } else {
+                good.clone()
+            };
+            for _ in 0..(next() % 4) {
+                if !b.is_empty() {
+                    let i = (next() as usize) % b.len();
+                    b[i] = next() as u8;
+                }
+            }
+            let mut at = 0;
+            while at < b.len() {
+                match frame(&b[at..], 1 << 16) {
+                    Ok(Some((_, len, f))) => {
+                        assert!(len > 0 && at + len <= b.len());
+                        if let Frame::Pairs { count, at: p, .. } = f {
+                            let mut out = BytesMut::new();
+                            pairs_to_json(&b[at..at + len], p, count, &mut out);
+                            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                            assert!(v.is_object());
+                        }
+                        at += len;
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
+
+    fn window(v: u8, n: u32) -> Vec<u8> {
+        let mut f = vec![v, b'W'];
+        f.extend_from_slice(&n.to_be_bytes());
+        f
     }
 
     #[tokio::test]

@@ -18,9 +18,6 @@ use crate::sources::net::intake::{Admission, Intake};
 use crate::sources::net::stream::Connection;
 use crate::sources::net::{now_ns, Block};
 
-/// Bytes asked of one read.
-const READ_BYTES: usize = 64 << 10;
-
 /// A handshake message larger than this is refused.
 const MAX_HANDSHAKE_BYTES: usize = 64 << 10;
 
@@ -54,7 +51,10 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
     let idle = spec.limits.idle_timeout;
     counters.connections.inc();
     let (mut rd, mut wr) = tokio::io::split(io);
-    let mut buf = BytesMut::with_capacity(READ_BYTES);
+    // Grown as data arrives (see `read_room`): an idle connection holds
+    // half a KiB, a busy one reads 64 KiB at a time.
+    let mut buf = BytesMut::new();
+    let mut last_read = 0usize;
     if let Some(sec) = &sh.security {
         if let Err(why) = handshake(&mut rd, &mut wr, &mut buf, sec, idle).await {
             if why.is_empty() {
@@ -188,9 +188,7 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
         if close {
             break;
         }
-        if buf.capacity() - buf.len() < READ_BYTES / 4 {
-            buf.reserve(READ_BYTES);
-        }
+        crate::sources::net::stream::read_room(&mut buf, last_read);
         let read = tokio::select! {
             r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
             _ = stop.changed() => break,
@@ -216,7 +214,7 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
                 }
                 break;
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(n)) => last_read = n,
         }
     }
     // Acknowledgements of what was accepted are still written, while the
@@ -386,7 +384,7 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             Err(ScanError::Invalid(why)) => return Err(format!("bad PING: {why}")),
             Err(_) => return Err("PING larger than 64KiB".into()),
         }
-        buf.reserve(4096);
+        buf.reserve(512);
         match tokio::time::timeout(idle, rd.read_buf(buf)).await {
             Ok(Ok(0)) if buf.is_empty() => return Err(String::new()),
             Ok(Ok(0)) => return Err("the client closed the connection inside PING".into()),
@@ -519,8 +517,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let (mut rd, mut wr) = tokio::io::split(server);
             let mut buf = BytesMut::new();
-            let got =
-                handshake(&mut rd, &mut wr, &mut buf, &security(), Duration::from_secs(5)).await;
+            let got = handshake(
+                &mut rd,
+                &mut wr,
+                &mut buf,
+                &security(),
+                Duration::from_secs(5),
+            )
+            .await;
             assert_eq!(got, Err(String::new()), "reset: {reset}");
         }
     }
@@ -537,7 +541,14 @@ mod tests {
         drop(client);
         let (mut rd, mut wr) = tokio::io::split(server);
         let mut buf = BytesMut::new();
-        let got = handshake(&mut rd, &mut wr, &mut buf, &security(), Duration::from_secs(5)).await;
+        let got = handshake(
+            &mut rd,
+            &mut wr,
+            &mut buf,
+            &security(),
+            Duration::from_secs(5),
+        )
+        .await;
         assert!(matches!(got, Err(ref why) if !why.is_empty()), "{got:?}");
     }
 }

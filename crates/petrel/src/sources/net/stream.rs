@@ -276,9 +276,15 @@ pub fn listen_with(
                         match acceptor {
                             None => run_conn(sock, peer, spec, intake, stop, handler).await,
                             Some(a) => {
-                                match tokio::time::timeout(HANDSHAKE_TIMEOUT, a.accept(sock)).await
-                                {
+                                // Boxed: the handshake's state (a rustls
+                                // connection) would otherwise size every
+                                // connection's task, TLS or not, for its
+                                // whole life (idle connections' memory).
+                                let handshake = Box::pin(a.accept(sock));
+                                match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                                     Ok(Ok(tls)) => {
+                                        // Boxed for the same reason.
+                                        let tls: Box<dyn Conn> = Box::new(tls);
                                         run_conn(tls, peer, spec.clone(), intake, stop, handler)
                                             .await
                                     }

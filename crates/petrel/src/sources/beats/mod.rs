@@ -37,11 +37,10 @@ use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::{Event, EventBatch, LazyCounter, Value};
 
-use super::net::stream::{self, LineSplitter, StreamCounters, StreamSpec};
+use super::net::stream;
 use super::net::tls::TlsOptions;
 use super::net::{
     intake, parse_address, Block, BufferOptions, ConnLimits, Decode, ListenAddr, NetRuntime,
-    Receiver, RunningNet,
 };
 use crate::processors::parse_json::JsonParser;
 
@@ -215,7 +214,7 @@ impl petrel_core::plugin::SourceConfig for BeatsSourceConfig {
         let decode = Arc::new(BeatsDecode {
             bad: ctx.metrics.error_counter("bad_buffered_message"),
         });
-        let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "beats")?;
+        let intake = intake::start(&ctx, decode, &self.buffer, "beats")?;
         let shared = Arc::new(conn::Shared {
             max: self.max_frame_bytes,
             counters: BeatsCounters {
@@ -226,35 +225,16 @@ impl petrel_core::plugin::SourceConfig for BeatsSourceConfig {
             key: ctx.key.clone().into(),
         });
         let handler: stream::Serve = Arc::new(move |c| Box::pin(conn::serve(c, shared.clone())));
-        let unused = ctx.metrics.discarded_counter("too_long");
-        let spec = StreamSpec {
-            addr: self.address.clone(),
-            limits: self.limits,
-            tls: match self.tls.as_ref().map(|t| t.server_config()).transpose() {
-                Ok(t) => t,
-                Err(e) => {
-                    let _ = runner.wait_stopped(std::time::Instant::now());
-                    return Err(e);
-                }
-            },
-            socket_mode: 0o666,
-            // Unused: connections are served by the protocol handler.
-            splitter: Arc::new(move || Box::new(LineSplitter::new(64, unused.clone()))),
-            counters: StreamCounters::new(&ctx),
-        };
-        let listener = match stream::listen_with(rt.handle(), spec, intake, Some(handler)) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = runner.wait_stopped(std::time::Instant::now());
-                return Err(e);
-            }
-        };
-        tracing::info!(source = %ctx.key, address = %self.address, "listening (beats)");
-        Ok(Box::new(RunningNet::new(
-            vec![Receiver::Stream(listener)],
-            runner,
-            Some(rt),
-        )))
+        stream::start_protocol(
+            &ctx,
+            rt,
+            &self.address,
+            self.limits,
+            self.tls.as_ref(),
+            intake,
+            handler,
+            "beats",
+        )
     }
 }
 

@@ -369,6 +369,55 @@ pub fn remove_stale_socket(path: &std::path::Path) -> anyhow::Result<()> {
     }
 }
 
+/// Starts a receiving source whose connections `handler` serves (a
+/// protocol that answers its sender: fluent, beats): listens on `addr`
+/// with the connection limits and TLS of every receiving source and hands
+/// what the connections read to `intake`. On failure the intake's runner
+/// is stopped before the error is returned. `what` names the protocol in
+/// the log line.
+#[allow(clippy::too_many_arguments)]
+pub fn start_protocol(
+    ctx: &petrel_core::plugin::SourceContext,
+    rt: Arc<super::NetRuntime>,
+    addr: &ListenAddr,
+    limits: ConnLimits,
+    tls: Option<&super::tls::TlsOptions>,
+    (intake, runner): (Intake, super::intake::IntakeRunner),
+    handler: Serve,
+    what: &str,
+) -> anyhow::Result<Box<dyn petrel_core::plugin::Source>> {
+    let tls = match tls.map(|t| t.server_config()).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = runner.wait_stopped(std::time::Instant::now());
+            return Err(e);
+        }
+    };
+    let unused = ctx.metrics.discarded_counter("too_long");
+    let spec = StreamSpec {
+        addr: addr.clone(),
+        limits,
+        tls,
+        socket_mode: 0o666,
+        // Unused: connections are served by the protocol handler.
+        splitter: Arc::new(move || Box::new(LineSplitter::new(64, unused.clone()))),
+        counters: StreamCounters::new(ctx),
+    };
+    let listener = match listen_with(rt.handle(), spec, intake, Some(handler)) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = runner.wait_stopped(std::time::Instant::now());
+            return Err(e);
+        }
+    };
+    tracing::info!(source = %ctx.key, address = %addr, "listening ({what})");
+    Ok(Box::new(super::RunningNet::new(
+        vec![super::Receiver::Stream(listener)],
+        runner,
+        Some(rt),
+    )))
+}
+
 /// Makes room in a protocol connection's read buffer before a read: twice
 /// the last read, from 512 bytes to 64 KiB. An idle connection then holds
 /// half a KiB instead of a 64 KiB buffer whose touched pages stay

@@ -260,13 +260,7 @@ fn the_ack_waits_for_a_stalled_sink_with_keepalives_and_comes_once_it_delivers()
     stalled.released.store(true, Ordering::SeqCst);
     let acks = acks_until(&mut s, 10);
     assert!(acks.iter().all(|&a| a == 0 || a == 10), "{acks:?}");
-    let delivered: usize = stalled
-        .bodies
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|b| b.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count())
-        .sum();
+    let delivered = stalled.lines();
     assert_eq!(delivered, 10, "acknowledged once the sink had all ten");
 }
 
@@ -464,15 +458,7 @@ fn kill_9_after_acknowledged_windows_loses_none_with_the_disk_buffer() {
     stalled.released.store(true, Ordering::SeqCst);
     let _agent = Agent::start(&cfg, &data);
     let total = (windows * per) as usize;
-    let http_count = || {
-        stalled
-            .bodies
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|b| b.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count())
-            .sum::<usize>()
-    };
+    let http_count = || stalled.lines();
     wait_for(
         LONG,
         "every acknowledged event at the HTTP receiver",

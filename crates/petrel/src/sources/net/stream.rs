@@ -419,12 +419,19 @@ pub fn start_protocol(
 }
 
 /// Makes room in a protocol connection's read buffer before a read: twice
-/// the last read, from 512 bytes to 64 KiB. An idle connection then holds
+/// the last read from 512 bytes, and 64 KiB once reads bring 2 KiB. An idle connection then holds
 /// half a KiB instead of a 64 KiB buffer whose touched pages stay
 /// resident (1,000 idle connections: bench/idle_conns.py), while a busy
 /// one, whose reads fill what they are given, reads 64 KiB at a time.
 pub fn read_room(buf: &mut BytesMut, last_read: usize) {
-    let want = (last_read * 2).clamp(512, READ_BYTES);
+    // A connection that read a few KiB is busy: from then on, room for a
+    // whole 64 KiB read, as a plain TCP connection gets, so that reads
+    // cut short by a nearly full buffer cannot make the next ones smaller.
+    let want = if last_read >= 2048 {
+        READ_BYTES
+    } else {
+        (last_read * 2).clamp(512, READ_BYTES)
+    };
     if buf.capacity() - buf.len() < want / 4 {
         buf.reserve(want);
     }

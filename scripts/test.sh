@@ -56,6 +56,8 @@ echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry si
 ./scripts/install-hec-clients.sh  # splunk-logging (npm) for the splunk_hec source tests
 echo "== the Forward protocol clients of the fluent source tests (fluent-logger from PyPI, @fluent-org/logger from npm)"
 ./scripts/install-fluent-clients.sh
+echo "== go-lumber's tst-send, the Lumberjack v2 client of the beats source tests (go install)"
+./scripts/install-beats-clients.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

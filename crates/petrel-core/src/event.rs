@@ -84,6 +84,23 @@ impl Value {
     }
 }
 
+/// `path` in `entries`: a key equal to it, or a key equal to a part of it
+/// before a dot whose object holds the rest.
+fn lookup_path<'a>(entries: &'a [(Key, Value)], path: &str) -> Option<&'a Value> {
+    if let Some((_, v)) = entries.iter().find(|(k, _)| k == path) {
+        return Some(v);
+    }
+    for (i, _) in path.match_indices('.') {
+        let (head, rest) = (&path[..i], &path[i + 1..]);
+        if let Some((_, Value::Object(inner))) = entries.iter().find(|(k, _)| k == head) {
+            if let Some(v) = lookup_path(inner, rest) {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
 /// One log event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
@@ -112,6 +129,20 @@ impl Event {
             return Some(&self.message);
         }
         self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// The value of field `name`, or else of a dotted path into nested
+    /// objects (`@metadata.beat`, `kubernetes.labels.app`): a field whose
+    /// name is a prefix of `name` up to a dot, then keys of its objects.
+    /// A field named with the dots itself wins.
+    pub fn get_path(&self, name: &str) -> Option<&Value> {
+        if let Some(v) = self.get(name) {
+            return Some(v);
+        }
+        if !name.contains('.') {
+            return None;
+        }
+        lookup_path(&self.fields, name)
     }
 
     /// Sets field `name`, replacing an existing value.
@@ -320,6 +351,35 @@ mod tests {
         let buf = b"hello";
         assert_eq!(Span::new(1, 3).get(buf), b"ell");
         assert_eq!(Span::new(4, 9).get(buf), b"");
+    }
+
+    #[test]
+    fn dotted_paths_reach_into_objects() {
+        let mut e = Event::from_span(Span::new(0, 1));
+        e.set(
+            "@metadata".into(),
+            Value::Object(vec![
+                ("beat".into(), Value::Str("winlogbeat".into())),
+                (
+                    "a.b".into(),
+                    Value::Object(vec![("c".into(), Value::Int(3))]),
+                ),
+            ]),
+        );
+        e.set("x.y".into(), Value::Int(1));
+        assert_eq!(
+            e.get_path("@metadata.beat"),
+            Some(&Value::Str("winlogbeat".into()))
+        );
+        assert_eq!(e.get_path("@metadata.a.b.c"), Some(&Value::Int(3)));
+        assert_eq!(
+            e.get_path("x.y"),
+            Some(&Value::Int(1)),
+            "a dotted name wins"
+        );
+        assert_eq!(e.get_path("@metadata.missing"), None);
+        assert_eq!(e.get_path("@metadata.beat.deeper"), None);
+        assert_eq!(e.get("@metadata.beat"), None, "get stays exact");
     }
 
     #[test]

@@ -90,6 +90,11 @@ pub struct PipelineBudget {
     amplification: AtomicUsize,
 }
 
+/// A batch read from at least this many bytes sets the learned ratio's
+/// growth at once (see [`PipelineBudget::learn`]); a smaller one moves it
+/// in proportion.
+pub const LEARN_WEIGHT_BYTES: usize = 64 << 10;
+
 /// Until a batch was measured: the data, its event descriptors, and two
 /// encoded copies.
 const INITIAL_AMPLIFICATION: usize = 3000;
@@ -134,20 +139,31 @@ impl PipelineBudget {
     }
 
     /// Records that a batch read from `input` bytes needed `needed` bytes
-    /// at its peak. Growth is taken at once (the next reservations cover
-    /// it); shrinking is smoothed.
+    /// at its peak. A batch moves the estimate in proportion to its size
+    /// against [`LEARN_WEIGHT_BYTES`]: a full read's growth is taken at
+    /// once (the next reservations cover it) and its shrinking by a
+    /// quarter, while one small batch barely moves it either way. A source
+    /// that presizes its event vectors makes a small batch (a linger flush)
+    /// look many times more expensive per byte than it is; taken at once,
+    /// that ratio cut every later read to the minimum and throttled the
+    /// kafka source to one small batch a second after a stall. A
+    /// shortfall is charged when the batch is encoded, so an estimate that
+    /// rises slowly costs no accounting, only a late reservation.
     pub fn learn(&self, input: usize, needed: usize) {
         if input == 0 {
             return;
         }
-        let ratio = (needed as u128 * 1000 / input as u128).clamp(1000, 1_000_000) as usize;
-        let old = self.amplification.load(Ordering::Relaxed);
-        let new = if ratio > old {
-            ratio
-        } else {
-            (old * 15 + ratio) / 16
-        };
-        self.amplification.store(new, Ordering::Relaxed);
+        let ratio = (needed as u128 * 1000 / input as u128).clamp(1000, 1_000_000) as i128;
+        let old = self.amplification.load(Ordering::Relaxed) as i128;
+        // Weight in thousandths, the square of the batch's share of a full
+        // read: a batch of 1/32 of it (a 2 KiB linger flush) moves the
+        // estimate by 0.1 % of the difference.
+        let f = (input.min(LEARN_WEIGHT_BYTES) * 1000 / LEARN_WEIGHT_BYTES) as i128;
+        let w = f * f / 1000;
+        let step = if ratio > old { w } else { w / 4 };
+        let new = old + (ratio - old) * step / 1000;
+        self.amplification
+            .store(new.clamp(1000, 1_000_000) as usize, Ordering::Relaxed);
     }
 
     /// The process-wide budget this one draws from.
@@ -330,11 +346,43 @@ mod tests {
         let p = PipelineBudget::new(g, 4 << 20);
         assert!(p.reservation(p.largest_read()) <= p.limit() / 2);
         // Small lines into a verbose encoding: 16 bytes held per byte read.
-        p.learn(1000, 16_000);
+        p.learn(64 << 10, 16 << 16);
         assert_eq!(p.largest_read(), 128 << 10);
         assert!(p.reservation(p.largest_read()) <= p.limit() / 2);
-        p.learn(1000, 1_000_000);
+        p.learn(64 << 10, 1000 << 16);
         assert_eq!(p.largest_read(), 16 << 10, "never below one small read");
+    }
+
+    /// The aggregator's throttling: a small batch flushed by the linger,
+    /// whose event vector was presized, looks 100x as expensive per byte.
+    /// Taken at once, that cut every later read to 16 KiB; now it barely
+    /// moves the estimate, while full batches still set it.
+    #[test]
+    fn one_odd_small_batch_does_not_throttle_the_reads() {
+        let g = MemoryBudget::new(64 << 20);
+        let p = PipelineBudget::new(g, 16 << 20);
+        for _ in 0..30 {
+            p.learn(1 << 20, 2 << 20);
+        }
+        let steady = p.largest_read();
+        assert!(
+            (4000 << 10..=4300 << 10).contains(&steady),
+            "about 8 MiB / 2x: {steady}"
+        );
+        p.learn(2 << 10, 200 << 10);
+        assert!(
+            p.largest_read() >= steady * 3 / 4,
+            "{} after one odd batch (was {steady})",
+            p.largest_read()
+        );
+        // A real change in cost, seen on full batches, is taken at once
+        // when it grows, and within a few batches when it shrinks.
+        p.learn(1 << 20, 8 << 20);
+        assert_eq!(p.largest_read(), 1 << 20);
+        for _ in 0..12 {
+            p.learn(1 << 20, 2 << 20);
+        }
+        assert!(p.largest_read() >= 3 << 20, "{}", p.largest_read());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub static SOURCES: &[&SourcePlugin] = &[
     &sources::kernel::PLUGIN,
     &sources::internal_logs::PLUGIN,
     &sources::fluent::PLUGIN,
+    &sources::beats::PLUGIN,
     &sources::syslog::PLUGIN,
     &sources::tcp::PLUGIN,
     &sources::http::PLUGIN,

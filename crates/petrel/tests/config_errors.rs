@@ -38,7 +38,7 @@ const CASES: &[(&str, &str, &[&str])] = &[
     (
         "unknown_type.yaml",
         "sources:\n  - type: fiel\n    include: [\"/var/log/*.log\"]\nsinks:\n  - type: stdout\n",
-        &["unknown_type.yaml:2:11: unknown source type `fiel`; did you mean `file`?; available: `file`, `kubernetes_logs`, `container_files`, `stdin`, `journald`, `kernel`, `internal_logs`, `fluent`, `syslog`, `tcp`, `http`, `splunk_hec`, `spool`, `kafka`, `opentelemetry`"],
+        &["unknown_type.yaml:2:11: unknown source type `fiel`; did you mean `file`?; available: `file`, `kubernetes_logs`, `container_files`, `stdin`, `journald`, `kernel`, `internal_logs`, `fluent`, `beats`, `syslog`, `tcp`, `http`, `splunk_hec`, `spool`, `kafka`, `opentelemetry`"],
     ),
     (
         "body_vs_spool.yaml",

@@ -568,15 +568,7 @@ fn kill_9_after_acknowledged_chunks_loses_none_with_the_disk_buffer() {
     stalled.released.store(true, Ordering::SeqCst);
     let _agent = Agent::start(&cfg, &data);
     let total = (chunks * per) as usize;
-    let http_count = || {
-        stalled
-            .bodies
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|b| b.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count())
-            .sum::<usize>()
-    };
+    let http_count = || stalled.lines();
     wait_for(
         LONG,
         "every acknowledged record at the HTTP receiver",

@@ -2,7 +2,8 @@
 //! `when:` routing: `include` (every regex must match its field) and
 //! `exclude` (none may match).
 //!
-//! A field is looked up among the event's fields first, then among its
+//! A field is looked up among the event's fields first (a dotted name
+//! also as a path into nested objects, `@metadata.beat`), then among its
 //! batch's source metadata (`file`, `host`, `source_type`, `kafka.topic`,
 //! container labels...), exactly as sinks would write it. A missing field
 //! matches nothing: it fails `include` and passes `exclude`. Regexes are
@@ -51,7 +52,7 @@ impl Condition {
     pub fn matches(&self, batch: &EventBatch, ev: &Event) -> bool {
         let mut scratch = [0u8; 32];
         let test = |field: &str, re: &Regex, scratch: &mut [u8; 32]| {
-            let text = match ev.get(field) {
+            let text = match ev.get_path(field) {
                 Some(v) => value_text(v, &batch.buf, scratch),
                 None => batch.source.field(field),
             };

@@ -1,6 +1,7 @@
 //! Sources: where events enter the agent. One module per plugin, plus the
 //! machinery receiving sources share (`net`).
 
+pub mod beats;
 pub mod file;
 pub mod fluent;
 pub mod http;

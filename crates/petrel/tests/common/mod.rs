@@ -720,6 +720,18 @@ pub struct Stalled {
     pub bodies: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
+impl Stalled {
+    /// Non-empty lines in the bodies answered so far (ndjson records).
+    pub fn lines(&self) -> usize {
+        self.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| b.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count())
+            .sum()
+    }
+}
+
 /// Runs a [`Stalled`] server on 127.0.0.1 in its own thread (for the rest
 /// of the test process); returns its address.
 pub fn serve_stalled(state: std::sync::Arc<Stalled>) -> std::net::SocketAddr {

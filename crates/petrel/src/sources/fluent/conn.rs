@@ -18,9 +18,6 @@ use crate::sources::net::intake::{Admission, Intake};
 use crate::sources::net::stream::Connection;
 use crate::sources::net::{now_ns, Block};
 
-/// Bytes asked of one read.
-const READ_BYTES: usize = 64 << 10;
-
 /// A handshake message larger than this is refused.
 const MAX_HANDSHAKE_BYTES: usize = 64 << 10;
 
@@ -54,7 +51,10 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
     let idle = spec.limits.idle_timeout;
     counters.connections.inc();
     let (mut rd, mut wr) = tokio::io::split(io);
-    let mut buf = BytesMut::with_capacity(READ_BYTES);
+    // Grown as data arrives (see `read_room`): an idle connection holds
+    // half a KiB, a busy one reads 64 KiB at a time.
+    let mut buf = BytesMut::new();
+    let mut last_read = 0usize;
     if let Some(sec) = &sh.security {
         if let Err(why) = handshake(&mut rd, &mut wr, &mut buf, sec, idle).await {
             if why.is_empty() {
@@ -188,9 +188,7 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
         if close {
             break;
         }
-        if buf.capacity() - buf.len() < READ_BYTES / 4 {
-            buf.reserve(READ_BYTES);
-        }
+        crate::sources::net::stream::read_room(&mut buf, last_read);
         let read = tokio::select! {
             r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
             _ = stop.changed() => break,
@@ -216,7 +214,7 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
                 }
                 break;
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(n)) => last_read = n,
         }
     }
     // Acknowledgements of what was accepted are still written, while the
@@ -368,12 +366,16 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let _ = rmp::encode::write_bin(&mut out, auth_salt.as_ref().map_or(&[][..], |s| &s[..]));
     let _ = rmp::encode::write_str(&mut out, "keepalive");
     let _ = rmp::encode::write_bool(&mut out, true);
-    wr.write_all(&out)
-        .await
-        .map_err(|e| format!("cannot send HELO: {e}"))?;
-    wr.flush()
-        .await
-        .map_err(|e| format!("cannot send HELO: {e}"))?;
+    // A port check that already closed (reset) is no failed client.
+    let helo_failed = |e: std::io::Error| {
+        if peer_gone(&e) {
+            String::new()
+        } else {
+            format!("cannot send HELO: {e}")
+        }
+    };
+    wr.write_all(&out).await.map_err(helo_failed)?;
+    wr.flush().await.map_err(helo_failed)?;
     let ping = loop {
         match read_ping(buf) {
             Ok(p) => break p,
@@ -382,11 +384,15 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             Err(ScanError::Invalid(why)) => return Err(format!("bad PING: {why}")),
             Err(_) => return Err("PING larger than 64KiB".into()),
         }
-        buf.reserve(4096);
+        buf.reserve(512);
         match tokio::time::timeout(idle, rd.read_buf(buf)).await {
             Ok(Ok(0)) if buf.is_empty() => return Err(String::new()),
             Ok(Ok(0)) => return Err("the client closed the connection inside PING".into()),
             Ok(Ok(_)) => {}
+            // The HELO written to a probe that connected and closed makes
+            // its kernel answer with a reset: still a port check, whether
+            // the close or the reset is read first.
+            Ok(Err(e)) if buf.is_empty() && peer_gone(&e) => return Err(String::new()),
             Ok(Err(e)) => return Err(format!("read failed: {e}")),
             Err(_) => return Err("no PING within idle_timeout_secs".into()),
         }
@@ -453,6 +459,12 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
+/// The peer closed or reset the connection.
+fn peer_gone(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionReset | BrokenPipe | ConnectionAborted)
+}
+
 /// `["PING", hostname, salt, digest, username, password digest]`: its
 /// length and the ranges of its five fields.
 fn read_ping(b: &[u8]) -> Result<(usize, [std::ops::Range<usize>; 5]), ScanError> {
@@ -472,4 +484,71 @@ fn read_ping(b: &[u8]) -> Result<(usize, [std::ops::Range<usize>; 5]), ScanError
         *r = c.str_or_bin(MAX_HANDSHAKE_BYTES)?;
     }
     Ok((c.pos, f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn security() -> Security {
+        Security {
+            shared_key: "k".into(),
+            self_hostname: "h".into(),
+            users: Vec::new(),
+        }
+    }
+
+    /// A port check that connects and closes, whether its close arrives
+    /// as an end of stream or as a reset, is not a failed handshake (it
+    /// was counted as one when the reset was read first).
+    #[tokio::test]
+    async fn a_probe_that_connects_and_resets_is_no_failed_handshake() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        for reset in [false, true] {
+            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            if reset {
+                client.set_zero_linger().unwrap();
+            }
+            drop(client);
+            // Let the close or reset reach the server before it writes
+            // HELO, as it does when the probe is quicker than the accept.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let (mut rd, mut wr) = tokio::io::split(server);
+            let mut buf = BytesMut::new();
+            let got = handshake(
+                &mut rd,
+                &mut wr,
+                &mut buf,
+                &security(),
+                Duration::from_secs(5),
+            )
+            .await;
+            assert_eq!(got, Err(String::new()), "reset: {reset}");
+        }
+    }
+
+    /// A client that sent part of a PING and then vanished is a failure.
+    #[tokio::test]
+    async fn a_client_gone_inside_ping_is_a_failed_handshake() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(&[0x96, 0xa4, b'P']).await.unwrap();
+        drop(client);
+        let (mut rd, mut wr) = tokio::io::split(server);
+        let mut buf = BytesMut::new();
+        let got = handshake(
+            &mut rd,
+            &mut wr,
+            &mut buf,
+            &security(),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(matches!(got, Err(ref why) if !why.is_empty()), "{got:?}");
+    }
 }

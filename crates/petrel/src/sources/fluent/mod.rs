@@ -34,12 +34,9 @@ use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
 use petrel_core::{EventBatch, LazyCounter};
 
-use super::net::stream::{self, LineSplitter, StreamCounters, StreamSpec};
+use super::net::stream;
 use super::net::tls::TlsOptions;
-use super::net::{
-    intake, parse_address, Block, BufferOptions, ConnLimits, ListenAddr, NetRuntime, Receiver,
-    RunningNet,
-};
+use super::net::{intake, parse_address, Block, BufferOptions, ConnLimits, ListenAddr, NetRuntime};
 
 /// Keys accepted by the fluent source.
 pub const KEYS: &[&str] = &[
@@ -252,7 +249,7 @@ impl petrel_core::plugin::SourceConfig for FluentSourceConfig {
         let decode = Arc::new(FluentDecode {
             bad: ctx.metrics.error_counter("bad_buffered_message"),
         });
-        let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "fluent")?;
+        let intake = intake::start(&ctx, decode, &self.buffer, "fluent")?;
         let counters = FluentCounters {
             invalid: ctx.metrics.error_counter("invalid_message"),
             too_large: ctx.metrics.error_counter("entry_too_large"),
@@ -266,34 +263,15 @@ impl petrel_core::plugin::SourceConfig for FluentSourceConfig {
             key: ctx.key.clone().into(),
         });
         let handler: stream::Serve = Arc::new(move |c| Box::pin(conn::serve(c, shared.clone())));
-        let unused = ctx.metrics.discarded_counter("too_long");
-        let spec = StreamSpec {
-            addr: self.address.clone(),
-            limits: self.limits,
-            tls: match self.tls.as_ref().map(|t| t.server_config()).transpose() {
-                Ok(t) => t,
-                Err(e) => {
-                    let _ = runner.wait_stopped(std::time::Instant::now());
-                    return Err(e);
-                }
-            },
-            socket_mode: 0o666,
-            // Unused: connections are served by the protocol handler.
-            splitter: Arc::new(move || Box::new(LineSplitter::new(64, unused.clone()))),
-            counters: StreamCounters::new(&ctx),
-        };
-        let listener = match stream::listen_with(rt.handle(), spec, intake, Some(handler)) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = runner.wait_stopped(std::time::Instant::now());
-                return Err(e);
-            }
-        };
-        tracing::info!(source = %ctx.key, address = %self.address, "listening (fluent)");
-        Ok(Box::new(RunningNet::new(
-            vec![Receiver::Stream(listener)],
-            runner,
-            Some(rt),
-        )))
+        stream::start_protocol(
+            &ctx,
+            rt,
+            &self.address,
+            self.limits,
+            self.tls.as_ref(),
+            intake,
+            handler,
+            "fluent",
+        )
     }
 }

@@ -75,6 +75,31 @@ PARSE = {
         "- type: parse_json",
         "- type: sample\n    rate: 10\n    key_field: pid",
     ]},
+    # bench/transforms.sh, `remap` rows (issue 32). The native equivalent
+    # of the program: Petrel's `fields` has no upcase, so it sets `level`
+    # to a new string, which is the write the program makes.
+    "json512-fields": {"processors": [
+        "- type: parse_json",
+        "- type: fields\n    add: {level: INFO}",
+    ]},
+    "json512-remap": {"processors": [
+        "- type: remap\n    source: |\n"
+        "      . = merge(., object!(parse_json!(.message)))\n"
+        "      .level = upcase!(.level)",
+    ]},
+    # A condition that reads one field and drops 90 % (pid ending in 0),
+    # native regex and VRL.
+    "json512-filter-regex": {"processors": [
+        "- type: parse_json",
+        "- type: filter\n    include: {pid: '0$'}",
+    ]},
+    "json512-filter-vrl": {"processors": [
+        "- type: parse_json",
+        "- type: filter\n    vrl: 'ends_with(to_string(.pid) ?? \"\", \"0\")'",
+    ]},
+    "nginx283-remap": {"processors": [
+        "- type: remap\n    source: '. = merge(., parse_nginx_log!(.message, \"combined\"))'",
+    ]},
     "multiline512": {"source": "    multiline:\n      start_pattern: '\\[\\d{4}-'\n"},
     "nginx283": {"processors": [
         "- type: parse_regex\n"

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Cost of the throttle, dedupe and sample processors (issue 32): json512
-# through parse_json into an ndjson file on tmpfs, 1 thread, with and
-# without the processor, keyed by `pid` (100 000 distinct values in
-# json512). Prints CPU s per GB, peak RSS, and each row's CPU and RSS
-# against the baseline (parse_json alone) of the same run.
+# Cost of the transforms (issue 32), into an ndjson file on tmpfs, 1
+# thread. Prints CPU s per GB, peak RSS, and each row's CPU and RSS against
+# the baseline (parse_json alone on json512) of the same run:
+# - throttle, dedupe, sample after parse_json, keyed by `pid` (100 000
+#   distinct values in json512);
+# - remap `. = merge(., object!(parse_json!(.message)))` + `.level =
+#   upcase!(.level)` (json512-remap) beside parse_json + fields setting
+#   `level` (json512-fields);
+# - a filter reading one field and dropping 90 %, as a regex
+#   (json512-filter-regex) and as VRL (json512-filter-vrl);
+# - nginx283 with parse_regex (nginx283) and with VRL's parse_nginx_log
+#   (nginx283-remap).
 #
 #   bench/transforms.sh
 #
@@ -30,7 +37,14 @@ echo "== $f ($size bytes), 1 thread, --memory-limit $BENCH_MEMORY, ndjson to $SI
 printf '%-18s %9s %9s %8s %9s %8s %10s %9s\n' \
     variant "MB/s" "CPU s/GB" "RSS MB" "events" "out" "CPU ratio" "RSS diff"
 base_cpu="" base_rss=""
-for variant in json512 json512-throttle json512-dedupe json512-sample; do
+# BENCH_VARIANTS: a subset, in this order (json512 first: the baseline).
+VARIANTS=${BENCH_VARIANTS:-json512 json512-throttle json512-dedupe json512-sample json512-fields json512-remap json512-filter-regex json512-filter-vrl nginx283 nginx283-remap}
+for variant in $VARIANTS; do
+    if [[ $variant == nginx283 ]]; then
+        # The nginx rows read their own data set; ratios stay against
+        # parse_json on json512 (compare nginx283-remap with nginx283).
+        f=$(gen_file nginx283); size=$(stat -c %s "$f")
+    fi
     best=""
     for r in $(seq "$BENCH_REPEAT"); do
         res="$OUT/runs/transforms-$variant-$r.json"

@@ -266,6 +266,19 @@ pub struct EventBatch {
     /// engine clears it before any processor runs (processors change
     /// events in place), and batches built any other way leave it false.
     pub verbatim_lines: bool,
+    /// Events a processor took out of the flow and sent to one named sink
+    /// instead of dropping them (`reroute_dropped`); they skip the rest of
+    /// the chain and only that sink receives them.
+    pub rerouted: Vec<Rerouted>,
+}
+
+/// An event set aside for one sink (see [`EventBatch::rerouted`]).
+#[derive(Debug, Clone)]
+pub struct Rerouted {
+    /// The id of the sink that receives it.
+    pub sink: Arc<str>,
+    /// The event, sharing the batch's buffer.
+    pub event: Event,
 }
 
 impl EventBatch {
@@ -280,6 +293,7 @@ impl EventBatch {
             charge: MemoryCharge::none(),
             origin: None,
             verbatim_lines: false,
+            rerouted: Vec::new(),
         }
     }
 

@@ -19,6 +19,6 @@ pub mod tap;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};
-pub use event::{Event, EventBatch, Key, Origin, SourceInfo, Span, Value};
+pub use event::{Event, EventBatch, Key, Origin, Rerouted, SourceInfo, Span, Value};
 pub use memory::{MemoryBudget, MemoryCharge, PipelineBudget};
 pub use metrics::{ComponentMetrics, DeliveryMetrics, LazyCounter, Metrics};

@@ -294,6 +294,12 @@ pub trait ProcessorConfig: std::fmt::Debug + Send + Sync {
     fn type_name(&self) -> &'static str;
     /// Creates the running processor; `metrics` are its counters.
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Box<dyn Processor>>;
+    /// What this processor read from a file other than the pipeline file
+    /// (a program kept in a file of its own), as the file's name and text:
+    /// a reload rebuilds the pipeline when only that file changed.
+    fn file_input(&self) -> Option<(&str, &str)> {
+        None
+    }
 }
 
 /// A parsed `sinks:` entry.

@@ -7,7 +7,7 @@ use petrel_core::config::{closest, parse_yaml, ConfigError, ConfigErrors, Node};
 use petrel_core::plugin::{Plugin, ProcessorConfig, SinkConfig, SourceConfig};
 
 use crate::paths::ReadMatcher;
-use crate::processors::condition::Condition;
+use crate::processors::when::When;
 use crate::registry;
 
 /// One pipeline: sources → processors → sinks.
@@ -40,11 +40,14 @@ pub enum SinkRoute {
     /// No `when:`: every event.
     #[default]
     All,
-    /// `when: {include: ..., exclude: ...}`: events meeting the condition,
-    /// in the language of the `filter` processor.
-    When(Condition),
+    /// `when: {include: ..., exclude: ...}` or `when: {vrl: '...'}`: events
+    /// meeting the condition, in the languages of the `filter` processor.
+    When(When),
     /// `when: unmatched`: events that no other sink's condition took.
     Unmatched,
+    /// Named by a processor's `reroute_dropped`: only the events that
+    /// processors set aside for it (under this sink id), none of the flow.
+    Rerouted(Arc<str>),
 }
 
 /// Keys every sink entry accepts besides its plugin's own.
@@ -67,11 +70,51 @@ fn sink_route(item: Node<'_>) -> SinkRoute {
         );
         return SinkRoute::All;
     }
-    match n.as_map(&["include", "exclude"]) {
-        Some(m) => Condition::parse(&m, "when")
-            .map(SinkRoute::When)
-            .unwrap_or_default(),
-        None => SinkRoute::All,
+    When::parse(n, "when")
+        .map(SinkRoute::When)
+        .unwrap_or_default()
+}
+
+/// Marks the sinks that processors name in `reroute_dropped` as taking
+/// only the events set aside for them; a name that is not a sink of the
+/// pipeline, or a named sink that also has `when:`, is reported at the key.
+fn mark_rerouted(
+    processors: &[Node<'_>],
+    sinks: &[(String, Arc<dyn SinkConfig>)],
+    sink_nodes: &[Node<'_>],
+    routes: &mut [SinkRoute],
+) {
+    for node in processors {
+        let Some(key) = node.as_map_quiet().and_then(|m| m.get("reroute_dropped")) else {
+            continue;
+        };
+        let petrel_core::config::YamlNode::Scalar(name) = key.raw() else {
+            // The plugin reports a value that is not a sink id.
+            continue;
+        };
+        let Some(i) = sinks.iter().position(|(id, _)| id == name.as_str()) else {
+            let ids: Vec<&str> = sinks.iter().map(|(id, _)| id.as_str()).collect();
+            key.error(format!(
+                "`reroute_dropped` names sink `{}`, which this pipeline does not have; name one of its sinks by `id` ({}), e.g. a file sink for the dropped events",
+                name.as_str(),
+                ids.join(", ")
+            ));
+            continue;
+        };
+        if let Some(w) = sink_nodes
+            .get(i)
+            .and_then(|n| n.as_map_quiet())
+            .and_then(|m| m.get("when"))
+        {
+            w.error(format!(
+                "sink `{}` receives the events a processor drops (`reroute_dropped`) and nothing else, so it cannot also have `when`; remove `when` or reroute to another sink",
+                name.as_str()
+            ));
+            continue;
+        }
+        if let Some(r) = routes.get_mut(i) {
+            *r = SinkRoute::Rerouted(name.as_str().into());
+        }
     }
 }
 
@@ -204,6 +247,7 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
                 n.error("`sources` is empty; add at least one source, e.g. `- type: file`");
             }
         }
+        let mut processor_nodes = Vec::new();
         if let Some(n) = m.get("processors") {
             let (mut processors, nodes) = section(
                 n,
@@ -212,7 +256,18 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
                 crate::processors::when::KEYS,
             );
             wrap_when(&mut processors, &nodes);
+            // The pipeline counts as changed on reload when a file it read
+            // changed, not only its own text.
+            let inputs: String = processors
+                .iter()
+                .filter_map(|(_, c)| c.file_input())
+                .map(|(name, text)| format!("\n\0{name}\0{text}"))
+                .collect();
+            if !inputs.is_empty() {
+                p.text = format!("{}{inputs}", p.text).into();
+            }
             p.processors = processors;
+            processor_nodes = nodes;
         }
         if let Some(n) = m.required("sinks", "[{ type: stdout }]") {
             let (sinks, nodes) = section(n, "sink", registry::SINKS, SINK_COMMON_KEYS);
@@ -221,6 +276,7 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
             }
             check_feedback(&sinks, &nodes, &p.sources);
             p.sink_routes = nodes.iter().map(|n| sink_route(*n)).collect();
+            mark_rerouted(&processor_nodes, &sinks, &nodes, &mut p.sink_routes);
             for ((_, sink), (node, route)) in sinks.iter().zip(nodes.iter().zip(&p.sink_routes)) {
                 let Some(key) = sink.commits_source_positions() else {
                     continue;

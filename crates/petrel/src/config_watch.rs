@@ -27,7 +27,7 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// contents, and the error of any that cannot be read.
 pub fn fingerprint(path: &Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for f in pipeline_files(path) {
+    for f in pipeline_files(path).into_iter().chain(program_files(path)) {
         f.hash(&mut h);
         match std::fs::read(&f) {
             Ok(bytes) => bytes.hash(&mut h),
@@ -47,6 +47,31 @@ fn pipeline_files(path: &Path) -> Vec<PathBuf> {
             rd.flatten()
                 .map(|e| e.path())
                 .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The VRL programs (`*.vrl`) beside the pipeline files: `remap`'s
+/// `file:` usually names one there (a ConfigMap holds both), and editing
+/// it alone must reload the pipeline. Programs elsewhere are reread on
+/// `SIGHUP`.
+fn program_files(path: &Path) -> Vec<PathBuf> {
+    let home = if path.is_dir() {
+        path
+    } else {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        }
+    };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(home)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("vrl"))
                 .collect()
         })
         .unwrap_or_default();

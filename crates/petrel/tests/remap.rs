@@ -394,3 +394,234 @@ fn petrel_test_runs_remap_pipelines() {
     let (code, stdout, _) = run_to_end(d, &["test", "--config", "conf", "fail.test.yaml"]);
     assert_eq!(code, Some(1), "{stdout}");
 }
+
+#[test]
+fn reroute_dropped_sends_failed_events_to_their_sink_alone() {
+    let dir = tempdir();
+    let d = dir.path();
+    let input = d.join("in.log");
+    std::fs::write(&input, "12\nnot a number\nstop\n7\n").unwrap();
+    let (out, dead) = (d.join("out.ndjson"), d.join("dead.ndjson"));
+    let conf = d.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    write_config(
+        &conf,
+        "p",
+        &format!(
+            "sources:\n  - type: file\n    id: in\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: remap\n    id: vrl\n    drop_on_error: true\n    reroute_dropped: dead\n    source: |\n      if .message == \"stop\" {{ abort \"told to stop\" }}\n      .n = to_int!(.message)\n  - type: fields\n    id: after\n    add: {{seen: \"yes\"}}\nsinks:\n  - type: file\n    id: out\n    path: \"{}\"\n    encoding: ndjson\n  - type: file\n    id: dead\n    path: \"{}\"\n    encoding: ndjson\n",
+            input.display(),
+            out.display(),
+            dead.display()
+        ),
+    );
+    let mut agent = Agent::start(&conf, &d.join("data"));
+    wait_lines(&out, 2);
+    wait_lines(&dead, 2);
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &[
+            ("pipeline", "p"),
+            ("component_kind", "processor"),
+            ("component_id", "vrl"),
+            ("error_type", "remap"),
+        ],
+        1.0,
+        false,
+    );
+    // Rerouted, so not discarded.
+    for reason in ["remap_error", "remap_abort"] {
+        assert_eq!(
+            counter(
+                &agent,
+                "p",
+                "petrel_component_discarded_events_total",
+                ("reason", reason)
+            ),
+            0.0,
+            "{reason}"
+        );
+    }
+    agent.stop();
+    assert_eq!(
+        records(&out),
+        vec![
+            json!({"message": "12", "n": 12, "seen": "yes"}),
+            json!({"message": "7", "n": 7, "seen": "yes"})
+        ]
+    );
+    let dead = records(&dead);
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    // As read, without the later processor's field, with why it was dropped.
+    assert_eq!(dead[0]["message"], "not a number");
+    assert_eq!(dead[0]["dropped"]["reason"], "remap_error");
+    assert_eq!(dead[0]["dropped"]["component_id"], "vrl");
+    assert_eq!(dead[0]["dropped"]["component_type"], "remap");
+    assert!(
+        dead[0]["dropped"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("to_int")),
+        "{dead:?}"
+    );
+    assert!(dead[0].get("n").is_none() && dead[0].get("seen").is_none());
+    assert_eq!(dead[1]["message"], "stop");
+    assert_eq!(dead[1]["dropped"]["reason"], "remap_abort");
+    assert!(
+        dead[1]["dropped"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("told to stop")),
+        "{dead:?}"
+    );
+}
+
+#[test]
+fn reroute_dropped_must_name_a_sink_without_when() {
+    let dir = tempdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("r.yaml"),
+        "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    source: .a = 1\n    reroute_dropped: nowhere\nsinks:\n  - type: blackhole\n    id: out\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(d, &["validate", "--config", "r.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(
+        stdout.contains("r.yaml:7:22: ")
+            && stdout.contains("sink `nowhere`")
+            && stdout.contains("(out)"),
+        "{stdout}"
+    );
+    std::fs::write(
+        d.join("w.yaml"),
+        "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    source: .a = 1\n    reroute_dropped: dead\nsinks:\n  - type: blackhole\n    id: out\n  - type: blackhole\n    id: dead\n    when: {include: {a: \"1\"}}\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_to_end(d, &["validate", "--config", "w.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(
+        stdout.contains("w.yaml:13:") && stdout.contains("cannot also have `when`"),
+        "{stdout}"
+    );
+}
+
+/// Issue 32: a program kept in a file beside the pipeline is reloaded when
+/// that file alone is edited, and a syntax error in it keeps the running
+/// pipeline and logs the error at its place in the program file.
+#[test]
+fn an_edited_program_file_reloads_and_a_broken_one_keeps_the_running_pipeline() {
+    let dir = tempdir();
+    let d = dir.path();
+    let conf = d.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let input = d.join("in.log");
+    let out = d.join("out.ndjson");
+    append(&input, b"one\n");
+    std::fs::write(conf.join("p.vrl"), ".version = 1\n").unwrap();
+    write_config(
+        &conf,
+        "p",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: remap\n    file: p.vrl\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            input.display(),
+            out.display()
+        ),
+    );
+    let agent = Agent::start(&conf, &d.join("data"));
+    wait_lines(&out, 1);
+    let reloads =
+        |result: &str| agent.metric_or_zero("petrel_config_reload_total", &[("result", result)]);
+
+    // Edited as an editor does: a new file renamed over the old one.
+    std::fs::write(conf.join(".p.vrl.tmp"), ".version = 2\n").unwrap();
+    std::fs::rename(conf.join(".p.vrl.tmp"), conf.join("p.vrl")).unwrap();
+    wait_for(LONG, "the reload", || {
+        (reloads("applied") >= 1.0)
+            .then_some(())
+            .ok_or(format!("{} reloads", reloads("applied")))
+    });
+    append(&input, b"two\n");
+    wait_lines(&out, 2);
+
+    // A syntax error on line 2, column 12 of the program.
+    std::fs::write(conf.join("p.vrl"), ".version = 3\n.broken = (\n").unwrap();
+    wait_for(LONG, "the failed reload", || {
+        (reloads("failed") >= 1.0)
+            .then_some(())
+            .ok_or(format!("{} failed reloads", reloads("failed")))
+    });
+    append(&input, b"three\n");
+    wait_lines(&out, 3);
+    let versions: Vec<(String, i64)> = records(&out)
+        .iter()
+        .map(|r| {
+            (
+                r["message"].as_str().unwrap_or_default().to_string(),
+                r["version"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(
+        versions,
+        vec![
+            ("one".to_string(), 1),
+            ("two".to_string(), 2),
+            // The pipeline with the last good program kept running.
+            ("three".to_string(), 2)
+        ]
+    );
+    let log = agent.stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("p.vrl:2:12: VRL error") || l.contains("p.vrl:2:11: VRL error")),
+        "{log}"
+    );
+}
+
+/// Issue 32: the VRL form of a condition serves in `filter` and on sinks
+/// (routing), as it does in a processor's `when:`.
+#[test]
+fn vrl_conditions_in_filter_and_on_sinks() {
+    let dir = tempdir();
+    let d = dir.path();
+    let input = d.join("in.log");
+    std::fs::write(
+        &input,
+        "{\"status\":200,\"n\":1}\n{\"status\":503,\"n\":2}\n{\"status\":404,\"n\":3}\n{\"status\":\"x\",\"n\":4}\n{\"status\":500,\"n\":5}\n",
+    )
+    .unwrap();
+    let (errors, rest) = (d.join("errors.ndjson"), d.join("rest.ndjson"));
+    let conf = d.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    write_config(
+        &conf,
+        "p",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: parse_json\n  - type: filter\n    id: no_ok\n    vrl: '.status != 200'\nsinks:\n  - type: file\n    id: errors\n    path: \"{}\"\n    encoding: ndjson\n    when: {{vrl: 'is_integer(.status) && int!(.status) >= 500'}}\n  - type: file\n    id: rest\n    path: \"{}\"\n    encoding: ndjson\n    when: unmatched\n",
+            input.display(),
+            errors.display(),
+            rest.display()
+        ),
+    );
+    let agent = Agent::start(&conf, &d.join("data"));
+    wait_lines(&errors, 2);
+    wait_lines(&rest, 2);
+    let filtered = agent.metric_or_zero(
+        "petrel_component_discarded_events_total",
+        &[
+            ("pipeline", "p"),
+            ("component_id", "no_ok"),
+            ("reason", "filtered"),
+        ],
+    );
+    assert_eq!(filtered, 1.0);
+    drop(agent);
+    let ns = |p: &Path| -> Vec<i64> {
+        records(p)
+            .iter()
+            .map(|r| r["n"].as_i64().unwrap_or(-1))
+            .collect()
+    };
+    assert_eq!(ns(&errors), vec![2, 5]);
+    // Not an integer: the errors sink's condition is false.
+    assert_eq!(ns(&rest), vec![3, 4]);
+}

@@ -22,6 +22,10 @@
 //! objects match nothing. `message` is the raw event text; `file` is the
 //! source file's path unless a processor set a `file` field.
 //!
+//! The condition can instead be a boolean VRL expression (`vrl:
+//! '.status >= 500'`, as a `remap` program sees the event): the event is
+//! kept when it is `true`, dropped when it is `false` or fails.
+//!
 //! Dropped events are counted in
 //! `petrel_component_discarded_events_total{reason="filtered"}`; they are
 //! not errors.
@@ -32,12 +36,13 @@ use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, EventBatch};
 
 use super::condition::Condition;
+use super::when::When;
 
 /// Keys accepted.
-pub const KEYS: &[&str] = &["type", "id", "include", "exclude"];
+pub const KEYS: &[&str] = &["type", "id", "include", "exclude", "vrl"];
 
 /// What this plugin does, for the component reference.
-pub const DOC: &str = r#"Keeps an event when every `include` regex matches its field and no `exclude` regex does; dropped events count as discarded with `reason=filtered`."#;
+pub const DOC: &str = r#"Keeps an event when every `include` regex matches its field and no `exclude` regex does, or when the boolean VRL expression `vrl` is true; dropped events count as discarded with `reason=filtered`."#;
 
 /// The documentation of each of [`KEYS`], for the component reference.
 pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
@@ -55,28 +60,49 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: None,
         doc: r#"Field name to regex; none may match."#,
     },
+    petrel_core::plugin::KeyDoc {
+        name: "vrl",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Instead of `include`/`exclude`: a boolean VRL expression (as a `remap` program sees the event, e.g. `.status >= 500 || %k8s.namespace == "payments"`); the event is kept when it is `true`, dropped when it is `false` or fails."#,
+    },
 ];
 
 /// Configuration: the condition events must meet to be kept.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Field names and their compiled regexes, in file order.
-    pub condition: Condition,
+    /// `include`/`exclude` regexes, or a VRL expression.
+    pub condition: When,
 }
 
 impl Config {
     /// Reads `include` and `exclude`; invalid regexes are reported with the
     /// regex engine's explanation.
     pub fn parse(map: Map<'_>) -> Option<Self> {
+        if let Some(v) = map.get("vrl") {
+            if map.get("include").is_some() || map.get("exclude").is_some() {
+                v.error("give the condition either as `vrl` or as `include`/`exclude`, not both");
+                return None;
+            }
+            #[cfg(feature = "remap")]
+            return super::remap::VrlCondition::parse(v).map(|c| Self {
+                condition: When::Vrl(c),
+            });
+            #[cfg(not(feature = "remap"))]
+            {
+                v.error("`vrl` needs a build with the `remap` feature (the default); use `include`/`exclude`");
+                return None;
+            }
+        }
         Some(Self {
-            condition: Condition::parse(&map, "filter")?,
+            condition: When::Condition(Condition::parse(&map, "filter")?),
         })
     }
 }
 
 /// The running processor.
 pub struct Filter {
-    condition: Condition,
+    condition: When,
     filtered: LazyCounter,
 }
 

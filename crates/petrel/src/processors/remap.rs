@@ -64,6 +64,12 @@
 //! unchanged. A run whose written fields would exceed `max_output_bytes`
 //! is such an error too, so that one event cannot make the agent's memory
 //! grow without bound.
+//!
+//! With `reroute_dropped: <sink id>`, a dropped event is not discarded: it
+//! goes, as it was before the failed run and with a `dropped` field saying
+//! why, to that sink of the pipeline alone (Vector's `reroute_dropped`,
+//! with the reason as a field since Petrel's events carry no separate
+//! metadata), and skips the processors after this one.
 
 use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
@@ -73,7 +79,9 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use petrel_core::config::{ConfigError, Map, Node};
 use petrel_core::plugin::{KeyDoc, KeyKind, Processor};
-use petrel_core::{ComponentMetrics, Event, EventBatch, Key, LazyCounter, SourceInfo, Span, Value};
+use petrel_core::{
+    ComponentMetrics, Event, EventBatch, Key, LazyCounter, Rerouted, SourceInfo, Span, Value,
+};
 use vrl::compiler::runtime::{Runtime, Terminate};
 use vrl::compiler::state::{ExternalEnv, RuntimeState};
 use vrl::compiler::{CompileConfig, Function, Program, SecretTarget, Target, TimeZone};
@@ -88,6 +96,7 @@ pub const KEYS: &[&str] = &[
     "file",
     "drop_on_error",
     "drop_on_abort",
+    "reroute_dropped",
     "allow_env",
     "timezone",
     "max_output_bytes",
@@ -126,6 +135,12 @@ pub const KEY_DOCS: &[KeyDoc] = &[
         kind: KeyKind::Bool,
         default: Some("true"),
         doc: r#"Drop an event whose program called `abort` (counted as discarded with `reason=remap_abort`); `false` passes it on unchanged."#,
+    },
+    KeyDoc {
+        name: "reroute_dropped",
+        kind: KeyKind::String,
+        default: None,
+        doc: r#"The `id` of a sink of this pipeline that receives the events this processor drops (`drop_on_error`, `drop_on_abort`), unchanged by the failed run, with a field `dropped` saying why (`reason`: `remap_error` or `remap_abort`, `message`, `component_id`, `component_type`). That sink receives these events and nothing else, so it has no `when`. Without it, dropped events are counted as discarded."#,
     },
     KeyDoc {
         name: "allow_env",
@@ -180,10 +195,16 @@ pub struct Config {
     pub drop_on_error: bool,
     /// Drop events whose program aborted.
     pub drop_on_abort: bool,
+    /// The sink that receives dropped events instead of their being
+    /// discarded.
+    pub reroute_dropped: Option<Arc<str>>,
     /// Time zone for timestamps without one.
     pub timezone: TimeZone,
     /// Bound on the new data a run leaves in an event.
     pub max_output_bytes: u64,
+    /// `file:`: the program's path and text, so that a reload notices a
+    /// change of the program alone.
+    pub program_file: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Config {
@@ -216,6 +237,12 @@ impl Config {
         let drop_on_abort = match map.get("drop_on_abort") {
             Some(_) => map.bool("drop_on_abort")?,
             None => true,
+        };
+        let reroute_dropped = match map.get("reroute_dropped") {
+            // Whether it names a sink of the pipeline is checked with the
+            // sinks (config.rs).
+            Some(n) => Some(Arc::<str>::from(n.as_str()?)),
+            None => None,
         };
         let allow_env = match map.get("allow_env") {
             Some(_) => map.bool("allow_env")?,
@@ -274,6 +301,10 @@ impl Config {
             report(&node, &text, file, diags);
         });
         let program = program.ok()?;
+        let program_file = match origin {
+            ProgramOrigin::File(path) => Some((path, text)),
+            ProgramOrigin::Inline => None,
+        };
         let reads_metadata = program
             .info()
             .target_queries
@@ -284,8 +315,10 @@ impl Config {
             reads_metadata,
             drop_on_error,
             drop_on_abort,
+            reroute_dropped,
             timezone,
             max_output_bytes,
+            program_file,
         })
     }
 }
@@ -346,6 +379,12 @@ thread_local! {
     /// conditions, which are evaluated one event at a time.
     static CONDITION_RUNTIME: std::cell::RefCell<Runtime> =
         std::cell::RefCell::new(Runtime::new(RuntimeState::default()));
+    /// The metadata object of the last source a condition read `%` of:
+    /// conditions run event by event, and a batch's events share their
+    /// source, so the object is built once per batch rather than per
+    /// event. Holding the `Arc` keeps its address from being reused.
+    static CONDITION_METADATA: std::cell::RefCell<Option<(Arc<SourceInfo>, V)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 impl VrlCondition {
@@ -380,15 +419,31 @@ impl VrlCondition {
 
     /// True when the expression is `true` for `ev` of `batch`.
     pub fn matches(&self, batch: &EventBatch, ev: &Event) -> bool {
-        let meta = if self.reads_metadata {
-            metadata(&batch.source)
-        } else {
-            V::Object(ObjectMap::new())
-        };
+        if !self.reads_metadata {
+            let meta = V::Object(ObjectMap::new());
+            return self.eval(batch, ev, &meta);
+        }
+        CONDITION_METADATA.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let fresh = match &*cache {
+                Some((source, _)) => !Arc::ptr_eq(source, &batch.source),
+                None => true,
+            };
+            if fresh {
+                *cache = Some((batch.source.clone(), metadata(&batch.source)));
+            }
+            match &*cache {
+                Some((_, meta)) => self.eval(batch, ev, meta),
+                None => false,
+            }
+        })
+    }
+
+    fn eval(&self, batch: &EventBatch, ev: &Event, meta: &V) -> bool {
         CONDITION_RUNTIME.with(|rt| {
             let mut rt = rt.borrow_mut();
             rt.clear();
-            let mut target = EventTarget::new(&batch.buf, ev, &meta);
+            let mut target = EventTarget::new(&batch.buf, ev, meta);
             matches!(
                 rt.resolve(&mut target, &self.program, &TimeZone::Local),
                 Ok(V::Boolean(true))
@@ -531,6 +586,7 @@ pub struct Remap {
     reads_metadata: bool,
     drop_on_error: bool,
     drop_on_abort: bool,
+    reroute_dropped: Option<Arc<str>>,
     timezone: TimeZone,
     max_output_bytes: u64,
     errors: LazyCounter,
@@ -551,6 +607,7 @@ impl Remap {
             reads_metadata: c.reads_metadata,
             drop_on_error: c.drop_on_error,
             drop_on_abort: c.drop_on_abort,
+            reroute_dropped: c.reroute_dropped.clone(),
             timezone: c.timezone,
             max_output_bytes: c.max_output_bytes,
             errors: metrics.error_counter("remap"),
@@ -559,6 +616,28 @@ impl Remap {
             id: metrics.health_key().to_string(),
             last_log: Mutex::new(None),
         })
+    }
+
+    /// Sets `ev` aside for the `reroute_dropped` sink, with why it was
+    /// dropped; false when there is no such sink (the caller counts the
+    /// event as discarded).
+    fn reroute(&self, batch: &mut EventBatch, mut ev: Event, reason: &str, message: &str) -> bool {
+        let Some(sink) = &self.reroute_dropped else {
+            return false;
+        };
+        let id = self.id.rsplit('/').next().unwrap_or(&self.id);
+        let why = Value::Object(vec![
+            (Key::from("reason"), Value::Str(reason.into())),
+            (Key::from("message"), Value::Str(message.into())),
+            (Key::from("component_id"), Value::Str(id.into())),
+            (Key::from("component_type"), Value::Str("remap".into())),
+        ]);
+        ev.set(Key::from("dropped"), why);
+        batch.rerouted.push(Rerouted {
+            sink: sink.clone(),
+            event: ev,
+        });
+        true
     }
 
     fn log_error(&self, what: &str, total: u64) {
@@ -615,9 +694,11 @@ impl Processor for Remap {
                         continue;
                     }
                 }
-                Err(Terminate::Abort(_)) => {
+                Err(Terminate::Abort(e)) => {
                     if self.drop_on_abort {
-                        dropped_abort += 1;
+                        if !self.reroute(batch, ev, "remap_abort", &e.to_string()) {
+                            dropped_abort += 1;
+                        }
                     } else {
                         out.push(ev);
                     }
@@ -630,7 +711,9 @@ impl Processor for Remap {
                 errors += 1;
                 last_error = f;
                 if self.drop_on_error {
-                    dropped_error += 1;
+                    if !self.reroute(batch, ev, "remap_error", &last_error) {
+                        dropped_error += 1;
+                    }
                 } else {
                     // The overlay is gone: the event is the one read.
                     out.push(ev);
@@ -1212,6 +1295,12 @@ impl petrel_core::plugin::ProcessorConfig for Config {
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Box<dyn Processor>> {
         Ok(Box::new(Remap::new(self, metrics)?))
     }
+
+    fn file_input(&self) -> Option<(&str, &str)> {
+        self.program_file
+            .as_ref()
+            .map(|(path, text)| (path.as_str(), text.as_str()))
+    }
 }
 
 /// The event as the VRL object a program sees as `.` (message, event time,
@@ -1285,6 +1374,32 @@ mod tests {
         );
         // The message is still the span it was.
         assert!(matches!(b.events[0].message, Value::Span(_)));
+    }
+
+    #[test]
+    /// Stable event ids (elasticsearch `id: auto`) come from
+    /// `event_origin`; a program that leaves the message in place, even
+    /// one that replaces the root, keeps them.
+    fn event_origin_survives_programs_that_leave_the_message() {
+        for src in [
+            ".level = \"INFO\"",
+            ". = merge(., object!(parse_json!(.message)))\n.level = upcase!(.level)",
+            "del(.nothing)\n.n = 1",
+        ] {
+            let (r, _) = remap(&program(src));
+            let mut b = batch_of(&["{\"level\":\"info\"}", "{\"level\":\"warn\"}"]);
+            b.origin = Some(petrel_core::Origin {
+                stream: 42,
+                base: 1000,
+                starts: None,
+                per_record: false,
+            });
+            let before: Vec<_> = b.events.iter().map(|e| b.event_origin(e)).collect();
+            assert!(before.iter().all(Option::is_some));
+            r.process(&mut b);
+            let after: Vec<_> = b.events.iter().map(|e| b.event_origin(e)).collect();
+            assert_eq!(before, after, "{src}");
+        }
     }
 
     #[test]

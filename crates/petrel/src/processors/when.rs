@@ -93,6 +93,10 @@ impl ProcessorConfig for WhenConfig {
         self.inner.type_name()
     }
 
+    fn file_input(&self) -> Option<(&str, &str)> {
+        self.inner.file_input()
+    }
+
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Box<dyn Processor>> {
         Ok(Box::new(WhenProcessor {
             when: self.when.clone(),
@@ -249,7 +253,9 @@ mod tests {
     #[test]
     fn a_dropping_processor_keeps_the_order_of_what_remains() {
         // filter inside `when`: drops the matching events that fail it.
-        let When::Condition(condition) = when("include: {message: 'keep'}");
+        let When::Condition(condition) = when("include: {message: 'keep'}") else {
+            panic!("an include/exclude condition");
+        };
         let cfg = filter::Config { condition };
         let p = WhenProcessor {
             when: when("include: {message: '^m'}"),

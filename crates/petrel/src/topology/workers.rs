@@ -330,7 +330,10 @@ fn run_isolated(p: &PipelineRuntime, batch: &mut EventBatch) {
         match run_chain(p, &mut one) {
             // Processors add values beside the buffer, never replace it, so
             // the events' spans stay valid in the original batch.
-            Ok(()) => out.append(&mut one.events),
+            Ok(()) => {
+                out.append(&mut one.events);
+                batch.rerouted.append(&mut one.rerouted);
+            }
             Err((i, msg)) => {
                 let slot = &p.processors[i].metrics;
                 slot.error("panic", 1);
@@ -353,6 +356,7 @@ fn route(p: &PipelineRuntime, batch: &EventBatch) -> Option<Vec<Option<Vec<u32>>
         .iter()
         .map(|s| match s.route {
             SinkRoute::All => None,
+            // Takes only the events set aside for it (see `deliver`).
             _ => Some(Vec::new()),
         })
         .collect();
@@ -401,14 +405,40 @@ fn sub_batch(batch: &EventBatch, picks: &[u32]) -> EventBatch {
     sub
 }
 
+/// The events set aside for the sink routed by `route`, when it is a
+/// `reroute_dropped` sink.
+fn set_aside_for<'a>(
+    route: &'a SinkRoute,
+    rerouted: &'a [petrel_core::Rerouted],
+) -> Option<impl Iterator<Item = &'a petrel_core::Rerouted>> {
+    match route {
+        SinkRoute::Rerouted(id) => Some(rerouted.iter().filter(move |r| r.sink == *id)),
+        _ => None,
+    }
+}
+
+/// The events a processor set aside for one sink (`reroute_dropped`), as
+/// a batch sharing `batch`'s buffer. Their input bytes are not counted
+/// again: the flow's sinks account for the batch's input.
+fn set_aside_batch(batch: &EventBatch, events: Vec<Event>) -> EventBatch {
+    let mut sub = EventBatch::new(batch.buf.clone(), batch.source.clone());
+    sub.events = events;
+    sub.origin = batch.origin.clone();
+    sub
+}
+
 fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
     p.metrics.taps.offer(|| format!("{}/sink", p.name), &batch);
     let picks = route(p, &batch);
     // A sink that takes no event of this batch gets no payload, and its
     // acknowledgement is not waited for.
-    let takes = |i: usize| match picks.as_ref().and_then(|v| v[i].as_ref()) {
-        Some(v) => !v.is_empty(),
-        None => true,
+    let rerouted = std::mem::take(&mut batch.rerouted);
+    let takes = |i: usize| match set_aside_for(&p.sinks[i].route, &rerouted) {
+        Some(mut set_aside) => set_aside.next().is_some(),
+        None => match picks.as_ref().and_then(|v| v[i].as_ref()) {
+            Some(v) => !v.is_empty(),
+            None => true,
+        },
     };
     let receivers = (0..p.sinks.len()).filter(|&i| takes(i)).count();
     let mut parts = match batch.ack.take() {
@@ -427,16 +457,25 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
     for (i, slot) in p.sinks.iter().enumerate() {
         let pick = picks.as_ref().and_then(|v| v[i].as_deref());
         let sub;
-        let view = match pick {
-            Some([]) => {
+        let view = if let Some(set_aside) = set_aside_for(&slot.route, &rerouted) {
+            sub = set_aside_batch(&batch, set_aside.map(|r| r.event.clone()).collect());
+            if sub.events.is_empty() {
                 slot.reorder.lock().push(seq, None, &slot.tx);
                 continue;
             }
-            Some(pick) if pick.len() < batch.events.len() => {
-                sub = sub_batch(&batch, pick);
-                &sub
+            &sub
+        } else {
+            match pick {
+                Some([]) => {
+                    slot.reorder.lock().push(seq, None, &slot.tx);
+                    continue;
+                }
+                Some(pick) if pick.len() < batch.events.len() => {
+                    sub = sub_batch(&batch, pick);
+                    &sub
+                }
+                _ => &batch,
             }
-            _ => &batch,
         };
         let Some(ack) = parts.next() else {
             break;

@@ -52,9 +52,12 @@ promtool check rules contrib/prometheus/alerts.yml
 # (everything else unchanged).
 unit_dir=$(mktemp -d)
 trap 'rm -rf "$unit_dir"' EXIT
-bin="${CARGO_TARGET_DIR:-$root/target}/release/petrel"
+# PETREL_PROFILE: the Cargo profile to package (scripts/test.sh checks
+# the build its tests ran, `ci`); release by default.
+profile=${PETREL_PROFILE:-release}
+bin="${CARGO_TARGET_DIR:-$root/target}/$profile/petrel"
 step "cargo deb"
-cargo deb -p petrel --locked
+cargo deb -p petrel --locked --profile "$profile"
 deb=$(ls -t "${CARGO_TARGET_DIR:-$root/target}"/debian/petrel_*.deb | head -1)
 [[ -f $deb ]] || fail "no .deb produced"
 echo "built $deb ($(stat -c %s "$deb") bytes; binary $(stat -c %s "$bin") bytes)"
@@ -182,7 +185,7 @@ lintian --fail-on error,warning --display-info "$deb" || fail "lintian"
 lintian --show-overrides "$deb" 2>/dev/null | grep -E '^(N|O): ' || true
 
 step "dashboard, alert rules and examples against the real binary"
-cargo test --release --locked -p petrel --test operability
+cargo test --profile "$profile" --locked -p petrel --test operability
 
 echo
 echo "check-packaging: OK in $((SECONDS - start)) s"

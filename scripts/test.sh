@@ -17,6 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# The tests, and the scripts after them, run the `ci` profile's build
+# (release without link-time optimisation, Cargo.toml): one build of the
+# agent for every step.
+export PETREL_PROFILE=ci
+petrel_bin="${CARGO_TARGET_DIR:-$PWD/target}/ci/petrel"
 echo "== install the test clients (logger, openssl)"
 ./scripts/install-test-tools.sh
 echo "== install apache2, ab, loggen, rsyslog (the seed-004 test and the syslog benchmarks)"
@@ -63,15 +68,15 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --release --locked
+cargo test --workspace --profile ci --locked
 echo "== the Python producer package (maturin + pytest in a private venv)"
-./scripts/test-python-producer.sh
+PETREL_TEST_BIN="$petrel_bin" ./scripts/test-python-producer.sh
 echo "== packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard"
 ./scripts/check-packaging.sh
 echo "== the book: mdbook build docs (mdbook installed into .cache/cargo-tools), its links"
 ./scripts/check-docs.sh
 echo "== Kubernetes manifests: kubeconform, kustomize, the pod's security settings, petrel validate"
-./scripts/check-kubernetes.sh
+PETREL="$petrel_bin" ./scripts/check-kubernetes.sh
 echo "== fuzz every target briefly (scripts/fuzz.sh)"
 if ! rustup toolchain list | grep -q '^nightly'; then
     rustup toolchain install nightly --profile minimal

@@ -892,7 +892,10 @@ fn the_daemonset_and_its_container_files_overlay_in_a_real_containerd() {
         spec_for(&cf, &image, port, &cf_hp),
         port,
     );
-    let n_f = 2000;
+    // At least 25 s of writing: the agent must still be catching up when
+    // it is killed, even when its container (the second agent of this
+    // test) is slow to find the pod on a loaded machine.
+    let n_f = 5000;
     let files_script = format!(
         "mkdir -p /var/log/app; echo line-b-1; {}",
         numbered("line-f", n_f, 5000, Some("/var/log/app/app.log"))

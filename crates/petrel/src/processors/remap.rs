@@ -305,11 +305,7 @@ impl Config {
             ProgramOrigin::File(path) => Some((path, text)),
             ProgramOrigin::Inline => None,
         };
-        let reads_metadata = program
-            .info()
-            .target_queries
-            .iter()
-            .any(|q| q.prefix == PathPrefix::Metadata);
+        let reads_metadata = reads_metadata(&program);
         Some(Self {
             program: Arc::new(program),
             reads_metadata,
@@ -321,6 +317,16 @@ impl Config {
             program_file,
         })
     }
+}
+
+/// True when `program` reads `%`: only then is the metadata object built
+/// for its runs.
+fn reads_metadata(program: &Program) -> bool {
+    program
+        .info()
+        .target_queries
+        .iter()
+        .any(|q| q.prefix == PathPrefix::Metadata)
 }
 
 /// Reports compile problems of program `text`: at their place in the
@@ -406,11 +412,7 @@ impl VrlCondition {
             ));
             return None;
         }
-        let reads_metadata = program
-            .info()
-            .target_queries
-            .iter()
-            .any(|q| q.prefix == PathPrefix::Metadata);
+        let reads_metadata = reads_metadata(&program);
         Some(Self {
             program: Arc::new(program),
             reads_metadata,

@@ -235,9 +235,13 @@ struct FilesSelector {
 
 impl FilesSelector {
     fn view(&self, rt: &RuntimeInfo) -> Option<api::ApiView> {
-        self.api
-            .as_ref()
-            .map(|a| a.view(rt.namespace.as_deref(), rt.pod_uid.as_deref()))
+        self.api.as_ref().map(|a| {
+            a.view(
+                rt.namespace.as_deref(),
+                rt.pod_uid.as_deref(),
+                rt.pod_name.as_deref(),
+            )
+        })
     }
 
     fn selected(&self, rt: &RuntimeInfo) -> bool {

@@ -385,12 +385,14 @@ impl KubernetesLogsConfig {
             exclude,
             annotation_fields,
         } = shared;
+        // With `api: auto` the API server may be absent: labels would then
+        // be unknown and the selection silently match nothing.
         if runtime.choice == RuntimeChoice::None
-            && api.choice == api::ApiChoice::Off
+            && api.choice != api::ApiChoice::On
             && (include.needs_runtime() || exclude.needs_runtime())
         {
             if let Some(n) = map.get("runtime") {
-                n.error("selecting by `pod_labels` or `pod_annotations` needs metadata from the container runtime or the API server; set `runtime: auto` (or containerd/docker), or `api: auto`, or select by namespaces, pods and containers");
+                n.error("selecting by `pod_labels` or `pod_annotations` needs metadata from the container runtime or the API server; set `runtime: auto` (or containerd/docker), or `api: true`, or select by namespaces, pods and containers");
             }
         }
         let mut include_globs = Vec::new();
@@ -490,6 +492,8 @@ impl petrel_core::plugin::SourceConfig for SharedConfig {
         let api = catalog.api(&c.api, m.metrics())?;
         if let Some(api) = &api {
             api.want_annotations(c.api_annotations.iter().map(|s| s.as_str()));
+        } else if c.include.needs_api() || c.exclude.needs_api() {
+            tracing::warn!(source = %ctx.key, "`namespace_labels` in `include`/`exclude` but no Kubernetes API server credentials (api: auto found none): namespace labels are unknown, so the condition never holds");
         }
         let selector = Arc::new(KubeSelector {
             config: c.clone(),
@@ -733,14 +737,20 @@ pub(crate) fn container_fields(
     v.into()
 }
 
-/// The namespace and pod uid of a container: from its path, else from
-/// the runtime.
-fn pod_of<'a>(p: &'a LogPath, rt: Option<&'a RuntimeInfo>) -> (Option<&'a str>, Option<&'a str>) {
+/// What the API server knows of a container's pod, found by the
+/// namespace, uid and name of its path, else of the runtime.
+fn api_view(api: &api::KubeApi, p: &LogPath, rt: Option<&RuntimeInfo>) -> api::ApiView {
     match p {
-        LogPath::Cri { namespace, uid, .. } => (Some(namespace.as_str()), Some(uid.as_str())),
-        LogPath::Docker { .. } => (
+        LogPath::Cri {
+            namespace,
+            uid,
+            pod,
+            ..
+        } => api.view(Some(namespace), Some(uid), Some(pod)),
+        LogPath::Docker { .. } => api.view(
             rt.and_then(|r| r.namespace.as_deref()),
             rt.and_then(|r| r.pod_uid.as_deref()),
+            rt.and_then(|r| r.pod_name.as_deref()),
         ),
     }
 }
@@ -754,10 +764,7 @@ impl FileSelector for KubeSelector {
         }
         let p = LogPath::parse(path, &c.pods_dir, &c.docker_dir)?;
         let rt = self.runtime.as_ref().and_then(|r| r.lookup(&p));
-        let view = self.api.as_ref().map(|a| {
-            let (ns, uid) = pod_of(&p, rt.as_deref());
-            a.view(ns, uid)
-        });
+        let view = self.api.as_ref().map(|a| api_view(a, &p, rt.as_deref()));
         let runtime_missing = self.runtime.is_some() && rt.is_none();
         let api_missing = view.as_ref().is_some_and(|v| v.pod.is_none());
         if runtime_missing || api_missing {

@@ -386,10 +386,16 @@ impl KubeApi {
         self.shared.store.generation()
     }
 
-    /// What is known of pod `uid` in `namespace` (either may be unknown).
-    pub fn view(&self, namespace: Option<&str>, uid: Option<&str>) -> ApiView {
+    /// What is known of pod `uid` named `name` in `namespace` (any may be
+    /// unknown): by uid, else by namespace and name.
+    pub fn view(&self, namespace: Option<&str>, uid: Option<&str>, name: Option<&str>) -> ApiView {
         let s = &self.shared.store;
-        let pod = uid.and_then(|u| s.pod(u));
+        let pod = uid
+            .and_then(|u| s.pod(u))
+            .or_else(|| match (namespace, name) {
+                (Some(ns), Some(n)) => s.pod_by_name(ns, n),
+                _ => None,
+            });
         let ns = pod.as_ref().map(|p| p.namespace.as_str()).or(namespace);
         let owners = match (&pod, ns) {
             (Some(p), Some(ns)) => p

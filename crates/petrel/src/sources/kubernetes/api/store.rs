@@ -418,6 +418,19 @@ impl Store {
         self.inner.read().pods.get(uid).cloned()
     }
 
+    /// The pod `name` in `namespace`: for a log path whose uid the API
+    /// server does not know (a static pod's files are named with its
+    /// config's uid, its mirror pod in the API has another). A scan, done
+    /// only when the uid missed: pods of one node are a few hundred.
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<PodMeta>> {
+        self.inner
+            .read()
+            .pods
+            .values()
+            .find(|p| p.name == name && p.namespace == namespace)
+            .cloned()
+    }
+
     /// The namespace `name`.
     pub fn namespace(&self, name: &str) -> Option<Arc<LabelsMeta>> {
         self.inner.read().namespaces.get(name).cloned()

@@ -68,8 +68,9 @@ impl Failure {
 struct List {
     #[serde(default)]
     metadata: ListMeta,
+    /// `null` when empty.
     #[serde(default)]
-    items: Vec<Object>,
+    items: Option<Vec<Object>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -213,7 +214,7 @@ impl Shared {
             let list: List = serde_json::from_slice(&bytes)
                 .map_err(|e| Failure::Invalid(format!("list of {}: {e}", kind.resource())))?;
             drop(bytes);
-            for o in list.items {
+            for o in list.items.unwrap_or_default() {
                 kept.extend(self.store.keep(kind, o));
             }
             match list.metadata.cont.filter(|c| !c.is_empty()) {
@@ -254,10 +255,20 @@ impl Shared {
         // The watch is up: this kind's data is current again.
         self.ok(kind);
         let mut buf: Vec<u8> = Vec::new();
+        // Only the kinds whose annotations are kept list again for new
+        // annotation keys.
+        let keeps_annotations = matches!(kind, Kind::Pods | Kind::Namespaces | Kind::Node);
         loop {
+            let relisted = async {
+                if keeps_annotations {
+                    let _ = relist.changed().await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
             let chunk = tokio::select! {
                 c = tokio::time::timeout(WATCH_IDLE, resp.chunk()) => c,
-                _ = relist.changed() => return Ok(WatchEnd::Relist),
+                _ = relisted => return Ok(WatchEnd::Relist),
             };
             let chunk = match chunk {
                 Err(_) => {

@@ -438,3 +438,29 @@ pub fn connect(
     };
     KubeApi::start(creds, node, metrics).map(Some)
 }
+
+#[cfg(test)]
+impl Shared {
+    /// A `Shared` that no loop runs, for the watch parser's tests.
+    pub(crate) fn for_tests() -> Self {
+        let metrics = Metrics::new();
+        Shared {
+            creds: Credentials {
+                server: "https://127.0.0.1:1".into(),
+                ca_pem: None,
+                identity_pem: None,
+                insecure: false,
+                token: auth::Token::None,
+                origin: "test".into(),
+            },
+            client: reqwest::Client::new(),
+            node: "n1".into(),
+            store: Store::default(),
+            states: Mutex::new(Default::default()),
+            errors: metrics.named_counters("kubernetes_api_errors", "test"),
+            objects: metrics.named_gauges("kubernetes_api_objects", "test"),
+            cache_bytes: Gauge::default(),
+            health: metrics.health.clone(),
+        }
+    }
+}

@@ -404,3 +404,59 @@ pub async fn run(shared: Arc<Shared>, kind: Kind, mut relist: tokio::sync::watch
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_lines_apply_resume_and_expire() {
+        let s = Shared::for_tests();
+        let mut rv = String::from("10");
+        let added = br#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","namespace":"ns","uid":"u1","resourceVersion":"11","labels":{"app":"x"}},"status":{"podIP":"192.0.2.1"}}}"#;
+        s.event(Kind::Pods, added, &mut rv).unwrap();
+        assert_eq!(rv, "11");
+        assert_eq!(
+            s.store.pod("u1").and_then(|p| p.pod_ip.clone()).as_deref(),
+            Some("192.0.2.1")
+        );
+        // A bookmark moves the version only.
+        let g = s.store.generation();
+        s.event(
+            Kind::Pods,
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"15"}}}"#,
+            &mut rv,
+        )
+        .unwrap();
+        assert_eq!((rv.as_str(), s.store.generation()), ("15", g));
+        s.event(
+            Kind::Pods,
+            br#"{"type":"DELETED","object":{"kind":"Pod","metadata":{"name":"a","namespace":"ns","uid":"u1","resourceVersion":"16"}}}"#,
+            &mut rv,
+        )
+        .unwrap();
+        assert!(s.store.pod("u1").is_none());
+        // 410 as an ERROR event: list again.
+        let gone = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version: 5 (16)","reason":"Expired","code":410}}"#;
+        assert!(matches!(
+            s.event(Kind::Pods, gone, &mut rv),
+            Err(Failure::Expired)
+        ));
+        assert!(matches!(
+            s.event(Kind::Pods, b"{not json", &mut rv),
+            Err(Failure::Invalid(_))
+        ));
+        // A metadata-only ReplicaSet event keeps the controller.
+        let rs = br#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"web-1","namespace":"ns","resourceVersion":"17","ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":"d","controller":true}]}}}"#;
+        s.event(Kind::ReplicaSets, rs, &mut rv).unwrap();
+        let chain = s.store.owners(
+            "ns",
+            &super::super::store::Owner {
+                kind: super::super::store::OwnerKind::ReplicaSet,
+                name: "web-1".into(),
+            },
+        );
+        assert_eq!(chain.len(), 2);
+        assert_eq!(chain[1].name, "web");
+    }
+}

@@ -11,7 +11,8 @@
 #   - negative checks: every scripts/check-kubernetes/invalid/*.yaml must be
 #     rejected, with the message its `# expect:` line names;
 #   - scripts/check-kubernetes/consistency.py: mounts, args, probes and the
-#     pipelines' host paths agree; no RBAC; the API server's checks the
+#     pipelines' host paths agree; the RBAC is the read-only metadata
+#     ClusterRole and nothing more; the API server's checks the
 #     schema cannot express for the fields used (hostPath types, volume and
 #     port names, downward-API paths, selector);
 #   - the real petrel binary: the DaemonSet's args parse; under the
@@ -172,7 +173,7 @@ for f in "$here"/invalid/*.yaml; do
 done
 ((n >= 3)) || fail "only $n negative cases"
 
-step "consistency: mounts, args, probes, host paths of the pipelines, no RBAC, what the schema cannot see"
+step "consistency: mounts, args, probes, host paths of the pipelines, read-only RBAC, what the schema cannot see"
 "$PY" "$here/consistency.py" "$work/built.yaml" "$work"
 
 step "overlay deploy/kubernetes-overlays/container-files: kustomize build, kubeconform -strict, what it changes"

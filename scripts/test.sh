@@ -5,7 +5,9 @@
 # a real OpenSearch 2.19.6 node (built from Maven Central into .cache/ by
 # scripts/opensearch.sh), a real VictoriaLogs (go install, scripts/victorialogs.sh),
 # a real OpenTelemetry Collector v0.161.0 (built with its builder into
-# .cache/ by scripts/otelcol.sh) and real HTTP servers, util-linux logger and openssl as syslog/TLS
+# .cache/ by scripts/otelcol.sh), a real Kubernetes API server (kube-apiserver
+# v1.34.4 built into .cache/ by scripts/kube-apiserver.sh, over Debian's etcd)
+# and real HTTP servers, util-linux logger and openssl as syslog/TLS
 # clients, a real Apache httpd driven by ab (seed 004), private containerd
 # and Docker daemons from the distribution's packages (container logs and
 # metadata, scripts/cri-lab.sh and docker-lab.sh), all on 127.0.0.1;
@@ -56,6 +58,8 @@ if ! command -v go >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go
 fi
 ./scripts/victorialogs.sh
+echo "== build kube-apiserver v1.34.4 from the Go module proxy, etcd from Debian (kubernetes_api tests)"
+./scripts/kube-apiserver.sh
 echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry sink and source tests (Go)"
 ./scripts/otelcol.sh
 ./scripts/install-hec-clients.sh  # splunk-logging (npm) for the splunk_hec source tests

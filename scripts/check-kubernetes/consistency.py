@@ -4,8 +4,12 @@
 Usage: consistency.py BUILT_YAML OUT_DIR
 
 BUILT_YAML is `kustomize build deploy/kubernetes`. Checks that
-  - there is no RBAC object and no ServiceAccount token (the agent never
-    calls the API server);
+  - the RBAC is the agent's read-only metadata access, nothing more: a
+    ServiceAccount that the DaemonSet runs as with its token mounted, one
+    ClusterRole granting exactly get, list and watch on pods, namespaces,
+    nodes (core), replicasets (apps) and jobs (batch), and one
+    ClusterRoleBinding of that role to that account in the DaemonSet's
+    namespace; no Role or RoleBinding;
   - the agent's --config is where the pipelines ConfigMap is mounted,
     --data-dir is a writable hostPath mount, the probes and --api-addr use
     the same port, liveness probes /health/live and readiness
@@ -42,7 +46,6 @@ ENV_FIELD_PATHS = {"metadata.name", "metadata.namespace", "metadata.uid", "spec.
                    "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
                    "status.podIPs"}
 PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]+(-[a-z0-9]+)*$")
-RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
 HOST_KEYS = ("pods_dir", "docker_dir", "containerd_socket")
 
 
@@ -56,18 +59,72 @@ def arg(args, name):
     return None
 
 
+# What the agent's Kubernetes API metadata lists and watches: nothing else
+# may be granted.
+RBAC_RULES = {("", "pods"), ("", "namespaces"), ("", "nodes"), ("apps", "replicasets"),
+              ("batch", "jobs")}
+RBAC_VERBS = {"get", "list", "watch"}
+
+
+def rbac_problems(by_kind, ds):
+    out = []
+    for k in ("Role", "RoleBinding"):
+        if k in by_kind:
+            out.append(f"{k} found: the agent needs only its ClusterRole")
+    spec = ds["spec"]["template"]["spec"]
+    ns = ds["metadata"].get("namespace")
+    sas = by_kind.get("ServiceAccount", [])
+    roles = by_kind.get("ClusterRole", [])
+    bindings = by_kind.get("ClusterRoleBinding", [])
+    # The ServiceAccount is rendered, or an existing one is named
+    # (the chart's serviceAccountName).
+    if len(sas) > 1 or len(roles) != 1 or len(bindings) != 1:
+        out.append("want at most one ServiceAccount, one ClusterRole and one ClusterRoleBinding "
+                   f"(found {len(sas)}, {len(roles)}, {len(bindings)})")
+        return out
+    (role,), (binding,) = roles, bindings
+    sa_name = spec.get("serviceAccountName")
+    if not sa_name:
+        out.append("the DaemonSet names no serviceAccountName")
+    for sa in sas:
+        if sa["metadata"]["name"] != sa_name:
+            out.append(f"the DaemonSet runs as {sa_name!r}, not the ServiceAccount "
+                       f"{sa['metadata']['name']!r}")
+        if sa["metadata"].get("namespace") != ns:
+            out.append("the ServiceAccount is not in the DaemonSet's namespace")
+    if spec.get("automountServiceAccountToken") is not True:
+        out.append("automountServiceAccountToken must be true: the API metadata needs the token")
+    granted = set()
+    for r in role.get("rules", []):
+        verbs = set(r.get("verbs", []))
+        if verbs != RBAC_VERBS:
+            out.append(f"ClusterRole rule {r!r}: verbs must be exactly get, list, watch")
+        if r.get("resourceNames") or r.get("nonResourceURLs"):
+            out.append(f"ClusterRole rule {r!r}: no resourceNames or nonResourceURLs")
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                granted.add((g, res))
+    if granted != RBAC_RULES:
+        out.append(f"ClusterRole grants {sorted(granted)}, want exactly {sorted(RBAC_RULES)}")
+    ref = binding.get("roleRef", {})
+    if ref.get("kind") != "ClusterRole" or ref.get("name") != role["metadata"]["name"]:
+        out.append(f"the ClusterRoleBinding refers to {ref!r}, not the ClusterRole")
+    subjects = binding.get("subjects", [])
+    want = [{"kind": "ServiceAccount", "name": sa_name, "namespace": ns}]
+    if subjects != want:
+        out.append(f"the ClusterRoleBinding's subjects are {subjects!r}, want {want!r}")
+    return out
+
+
 def problems(docs):
     out = []
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-    for k in RBAC_KINDS & by_kind.keys():
-        out.append(f"{k} found: the agent needs no RBAC and no service account of its own")
     (ds,) = by_kind["DaemonSet"]
     cms = {c["metadata"]["name"]: c for c in by_kind.get("ConfigMap", [])}
     spec = ds["spec"]["template"]["spec"]
-    if spec.get("automountServiceAccountToken") is not False:
-        out.append("automountServiceAccountToken must be false")
+    out += rbac_problems(by_kind, ds)
     surge = ds["spec"].get("updateStrategy", {}).get("rollingUpdate", {}).get("maxSurge")
     if surge not in (0, "0", "0%"):
         out.append(f"maxSurge is {surge!r}: must be 0, one agent per data dir")
@@ -188,13 +245,19 @@ def main():
                     v["hostPath"]["type"] = "Directroy"
     if not problems(broken):
         sys.exit("consistency: a hostPath of type 'Directroy' passed: the check is broken")
+    broken = copy.deepcopy(docs)
+    for d in broken:
+        if d["kind"] == "ClusterRole":
+            d["rules"][0]["verbs"].append("delete")
+    if not problems(broken):
+        sys.exit("consistency: a ClusterRole that may delete pods passed: the check is broken")
     found = problems(docs)
     for p in found:
         print(f"consistency: {p}", file=sys.stderr)
     if found:
         sys.exit(1)
     write_out(docs, out_dir)
-    print("consistency: mounts, args, probes and pipelines agree; no RBAC")
+    print("consistency: mounts, args, probes and pipelines agree; RBAC read-only, metadata kinds only")
 
 
 if __name__ == "__main__":

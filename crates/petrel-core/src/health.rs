@@ -32,6 +32,9 @@ struct Problem {
     /// Clears itself then (a problem seen once, such as a panic that was
     /// isolated, is reported for a while and then forgotten).
     expires: Option<Instant>,
+    /// Degraded only: the agent works with less (metadata missing), so
+    /// it is reported but fails no check.
+    degraded: bool,
 }
 
 /// Where the agent is in its life, for readiness.
@@ -108,6 +111,37 @@ impl Health {
         );
     }
 
+    /// Records that `component` works in a degraded way (for example
+    /// without the metadata of an unreachable service): `/health` lists it
+    /// with the status `degraded` and still answers 200, since nothing is
+    /// lost and a restart would not help. Cleared with
+    /// [`Health::recovered`].
+    pub fn degraded(&self, component: &str, reason: impl Into<String>) {
+        let mut p = self.problems.lock();
+        match p.get_mut(component) {
+            Some(e) => e.reason = reason.into(),
+            None => {
+                p.insert(
+                    component.to_string(),
+                    Problem {
+                        reason: reason.into(),
+                        since: Instant::now(),
+                        fatal: false,
+                        stuck: false,
+                        expires: None,
+                        degraded: true,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The degraded components (see [`Health::degraded`]): reported by
+    /// `/health` beside a 200.
+    pub fn degradations(&self) -> Vec<Unhealthy> {
+        self.select(|p| p.degraded)
+    }
+
     /// Records that a thread of the process (`thread/NAME`) died or makes
     /// no progress: the agent is not live, and so not healthy, at once.
     pub fn stuck(&self, component: &str, reason: impl Into<String>) {
@@ -137,6 +171,7 @@ impl Health {
                 e.fatal |= fatal;
                 e.stuck |= stuck;
                 e.expires = expires;
+                e.degraded = false;
             }
             _ => {
                 p.insert(
@@ -147,6 +182,7 @@ impl Health {
                         fatal,
                         stuck,
                         expires,
+                        degraded: false,
                     },
                 );
             }
@@ -172,7 +208,7 @@ impl Health {
     /// whatever the phase.
     pub fn report(&self) -> Vec<Unhealthy> {
         let after = *self.unhealthy_after.lock();
-        self.select(|p| p.fatal || p.since.elapsed() >= after)
+        self.select(|p| !p.degraded && (p.fatal || p.since.elapsed() >= after))
     }
 
     /// The problems that make the process not live (`/health/live`): a
@@ -246,6 +282,22 @@ mod tests {
         assert_eq!(r[0].reason, "HTTP 502");
         h.recovered("p/sink/out");
         assert!(h.report().is_empty());
+    }
+
+    #[test]
+    fn degraded_is_reported_apart_and_fails_no_check() {
+        let h = Health::default();
+        h.set_unhealthy_after(Duration::ZERO);
+        h.set_phase(Phase::Running);
+        h.degraded("kubernetes/api", "API server unreachable");
+        assert!(h.report().is_empty());
+        assert!(h.readiness().is_empty());
+        assert!(h.liveness().is_empty());
+        let d = h.degradations();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].component, "kubernetes/api");
+        h.recovered("kubernetes/api");
+        assert!(h.degradations().is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! paths (a new discard reason, a new file).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -120,6 +121,11 @@ pub struct Metrics {
     latency: Family<ComponentLabels, Histogram, fn() -> Histogram>,
     /// Open taps (`petrel tap`) and the events they skipped.
     pub taps: crate::tap::Taps,
+    /// Counter families that plugins register by name (see
+    /// [`Metrics::named_counters`]), so that the core names none of them.
+    named: Mutex<HashMap<&'static str, Family<Labels, Counter>>>,
+    /// Gauge families that plugins register by name.
+    named_gauges: Mutex<HashMap<&'static str, Family<Labels, Gauge>>>,
 }
 
 /// Buckets of the delivery latency histogram: 1 ms to about 65 s.
@@ -279,6 +285,8 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_histogram),
             taps: crate::tap::Taps::new(tap_skipped.clone(), tap_open.clone()),
             registry: Mutex::new(Registry::default()),
+            named: Mutex::new(HashMap::new()),
+            named_gauges: Mutex::new(HashMap::new()),
         };
         r.register(
             "component_received_events",
@@ -474,6 +482,38 @@ impl Metrics {
             labels,
             metrics: self.clone(),
         }
+    }
+
+    /// The counter family `petrel_<name>_total`, registered on the first
+    /// call and shared by every later one (a plugin's agent-wide counters,
+    /// such as the Kubernetes API client's errors, which belong to no one
+    /// component).
+    pub fn named_counters(
+        &self,
+        name: &'static str,
+        help: &'static str,
+    ) -> Family<Labels, Counter> {
+        let mut named = self.named.lock();
+        if let Some(f) = named.get(name) {
+            return f.clone();
+        }
+        let f = Family::<Labels, Counter>::default();
+        self.registry.lock().register(name, help, f.clone());
+        named.insert(name, f.clone());
+        f
+    }
+
+    /// The gauge family `petrel_<name>`, registered on the first call and
+    /// shared by every later one (as [`Metrics::named_counters`]).
+    pub fn named_gauges(&self, name: &'static str, help: &'static str) -> Family<Labels, Gauge> {
+        let mut named = self.named_gauges.lock();
+        if let Some(f) = named.get(name) {
+            return f.clone();
+        }
+        let f = Family::<Labels, Gauge>::default();
+        self.registry.lock().register(name, help, f.clone());
+        named.insert(name, f.clone());
+        f
     }
 
     /// Renders every metric as OpenMetrics text, process metrics included.

@@ -149,7 +149,33 @@ async fn metrics_handler(
 
 /// `GET /health`: every open problem (see [`petrel_core::health`]).
 async fn health(axum::extract::State(s): axum::extract::State<ApiState>) -> impl IntoResponse {
-    health_answer(s.metrics.health.report())
+    let problems = s.metrics.health.report();
+    if problems.is_empty() {
+        let degraded = s.metrics.health.degradations();
+        if !degraded.is_empty() {
+            // Working with less (metadata missing): 200, so that nothing
+            // restarts or pages, but visible.
+            return degraded_answer(degraded).into_response();
+        }
+    }
+    health_answer(problems).into_response()
+}
+
+/// 200 with `{"status":"degraded","problems":[...]}`.
+fn degraded_answer(list: Vec<petrel_core::health::Unhealthy>) -> impl IntoResponse {
+    let list: Vec<serde_json::Value> = list
+        .iter()
+        .map(|u| {
+            serde_json::json!({
+                "component": u.component,
+                "reason": u.reason,
+                "for_secs": u.for_secs,
+            })
+        })
+        .collect();
+    let mut t = serde_json::json!({"status": "degraded", "problems": list}).to_string();
+    t.push('\n');
+    (StatusCode::OK, [(CONTENT_TYPE, "application/json")], t)
 }
 
 /// `GET /health/live`: dead or stuck threads only.

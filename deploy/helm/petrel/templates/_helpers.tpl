@@ -104,3 +104,13 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
+
+{{/* The DaemonSet's ServiceAccount: the one named in serviceAccountName, or
+the one rbac.create makes (named after the release); "" when neither. */}}
+{{- define "petrel.serviceAccountName" -}}
+{{- if .Values.serviceAccountName -}}
+{{ .Values.serviceAccountName }}
+{{- else if .Values.rbac.create -}}
+{{ include "petrel.fullname" . }}
+{{- end -}}
+{{- end -}}

@@ -10,8 +10,10 @@
 //! inode of the container's filesystem) when the container's pid changes
 //! on a restart, so its checkpoint carries over.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use petrel_core::config::Map;
 use petrel_core::plugin::{Source, SourceContext, SourcePlugin};
@@ -19,8 +21,8 @@ use petrel_core::Key;
 
 use super::select::{Facts, Selector};
 use super::{
-    container_fields, reading, Catalog, RuntimeChoice, RuntimeInfo, RuntimeMeta, RuntimeSettings,
-    SharedKeys,
+    api, container_fields, reading, Catalog, RuntimeChoice, RuntimeInfo, RuntimeMeta,
+    RuntimeSettings, SharedKeys,
 };
 use crate::sources::file::service::{FileSelector, Selected};
 use crate::sources::file::FileSourceConfig;
@@ -40,6 +42,9 @@ pub const KEYS: &[&str] = &[
     "multiline",
     "max_line_bytes",
     "partial_line_timeout_ms",
+    "metadata_wait_ms",
+    "api",
+    "kubeconfig",
 ];
 
 /// What this plugin does, for the component reference.
@@ -70,6 +75,14 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         doc: r#"Longer lines are split into pieces of this size, each an event; counted as `line_too_long`."#,
     },
     crate::sources::file::PARTIAL_LINE_TIMEOUT_DOC,
+    petrel_core::plugin::KeyDoc {
+        name: "metadata_wait_ms",
+        kind: petrel_core::plugin::KeyKind::Duration,
+        default: Some(r#"5000"#),
+        doc: r#"With `api`, a container whose pod the API server does not know yet waits this long, then is read with the runtime's metadata (counted `metadata_missing`); later events get the rest once it is known."#,
+    },
+    crate::sources::kubernetes::api::API_DOC,
+    crate::sources::kubernetes::api::KUBECONFIG_DOC,
 ];
 
 /// Configuration of `type: container_files`.
@@ -79,6 +92,12 @@ pub struct ContainerFilesConfig {
     pub paths: Vec<String>,
     /// Where the container list comes from.
     pub runtime: RuntimeSettings,
+    /// Whether (and how) the API server is asked.
+    pub api: api::ApiSettings,
+    /// Annotation keys kept from the API (events and selectors).
+    pub api_annotations: Vec<String>,
+    /// How long a container whose pod the API does not know waits.
+    pub metadata_wait: Duration,
     /// Containers read (empty: all).
     pub include: Selector,
     /// Containers skipped.
@@ -126,15 +145,27 @@ impl ContainerFilesConfig {
         if paths.is_empty() {
             return None;
         }
+        let shared = shared?;
+        let api_annotations = shared
+            .annotation_keys()
+            .into_iter()
+            .map(String::from)
+            .collect();
         let SharedKeys {
             runtime,
+            api,
             include,
             exclude,
             annotation_fields,
-        } = shared?;
+        } = shared;
         Some(Self {
             paths,
             runtime,
+            api,
+            api_annotations,
+            metadata_wait: Duration::from_millis(
+                map.u64("metadata_wait_ms", false).unwrap_or(5000),
+            ),
             include,
             exclude,
             annotation_fields,
@@ -168,9 +199,16 @@ impl petrel_core::plugin::SourceConfig for ContainerFilesConfig {
                 self.runtime.docker_socket.display()
             );
         }
+        let api = catalog.api(&self.api, ctx.metrics.metrics())?;
+        if let Some(api) = &api {
+            api.want_annotations(self.api_annotations.iter().map(|s| s.as_str()));
+        }
         let selector = Arc::new(FilesSelector {
             config: Arc::new(self.clone()),
             runtime,
+            api,
+            metadata_missing: ctx.metrics.error_counter("metadata_missing"),
+            waiting: parking_lot::Mutex::new(HashMap::new()),
             node_name: super::node_name(),
             base_meta: ctx.meta.clone(),
         });
@@ -186,14 +224,55 @@ impl petrel_core::plugin::SourceConfig for ContainerFilesConfig {
 struct FilesSelector {
     config: Arc<ContainerFilesConfig>,
     runtime: Option<Arc<dyn RuntimeMeta>>,
+    api: Option<Arc<api::KubeApi>>,
+    metadata_missing: petrel_core::LazyCounter,
+    /// Containers whose pod the API server did not know when first seen:
+    /// since when, and whether the miss was counted.
+    waiting: parking_lot::Mutex<HashMap<String, (Instant, bool)>>,
     node_name: Option<Arc<str>>,
     base_meta: Arc<[(Key, Arc<str>)]>,
 }
 
 impl FilesSelector {
+    fn view(&self, rt: &RuntimeInfo) -> Option<api::ApiView> {
+        self.api.as_ref().map(|a| {
+            a.view(
+                rt.namespace.as_deref(),
+                rt.pod_uid.as_deref(),
+                rt.pod_name.as_deref(),
+            )
+        })
+    }
+
     fn selected(&self, rt: &RuntimeInfo) -> bool {
-        let facts = Facts::of_runtime(rt);
+        let view = self.view(rt);
+        let facts = Facts::of_runtime(rt, view.as_ref());
         self.config.include.matches_all(&facts) && !self.config.exclude.matches_any(&facts)
+    }
+
+    /// True while the API server does not know the pod of `rt` and
+    /// `metadata_wait` has not passed since it was first seen.
+    fn wait_for_api(&self, rt: &RuntimeInfo, view: Option<&api::ApiView>, path: &Path) -> bool {
+        if view.is_none_or(|v| v.pod.is_some()) {
+            return false;
+        }
+        let key = rt.container_id.clone().unwrap_or_default();
+        let mut waiting = self.waiting.lock();
+        if waiting.len() >= 4096 {
+            waiting.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(600));
+        }
+        let e = waiting
+            .entry(key)
+            .or_insert_with(|| (Instant::now(), false));
+        if e.0.elapsed() < self.config.metadata_wait {
+            return true;
+        }
+        if !e.1 {
+            e.1 = true;
+            self.metadata_missing.inc();
+            tracing::warn!(path = %path.display(), "the Kubernetes API server does not know this container's pod (yet); reading it with the runtime's metadata, and its events get the rest once it is known");
+        }
+        false
     }
 
     fn running(&self) -> Vec<Arc<RuntimeInfo>> {
@@ -219,7 +298,12 @@ impl FileSelector for FilesSelector {
     fn select(&self, path: &Path) -> Option<Selected> {
         let pid = pid_of(path)?;
         let rt = self.running().into_iter().find(|c| c.pid == Some(pid))?;
-        if !self.selected(&rt) {
+        let view = self.view(&rt);
+        if self.wait_for_api(&rt, view.as_ref(), path) {
+            return None;
+        }
+        let facts = Facts::of_runtime(&rt, view.as_ref());
+        if !self.config.include.matches_all(&facts) || self.config.exclude.matches_any(&facts) {
             return None;
         }
         Some(Selected {
@@ -227,6 +311,7 @@ impl FileSelector for FilesSelector {
                 &self.base_meta,
                 None,
                 Some(&rt),
+                view.as_ref(),
                 &self.config.annotation_fields,
                 self.node_name.as_ref(),
             ),
@@ -235,7 +320,9 @@ impl FileSelector for FilesSelector {
     }
 
     fn generation(&self) -> u64 {
+        // Both only grow: their sum moves whenever either does.
         self.runtime.as_ref().map_or(0, |r| r.generation())
+            + self.api.as_ref().map_or(0, |a| a.generation())
     }
 
     fn include(&self) -> Option<Vec<String>> {

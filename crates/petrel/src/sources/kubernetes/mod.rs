@@ -9,13 +9,16 @@
 //! ([`select::Selector`]), what metadata their events carry, and decodes
 //! their records ([`format`]).
 //!
-//! Metadata comes from the path alone, and from the local container runtime
-//! over its socket when there is one: one node-wide cache ([`Catalog`])
-//! that every pipeline shares, refreshed in the background. The runtime is
-//! never waited on while reading: a container it does not know (yet) is
-//! read with its path's metadata after `metadata_wait`, and the miss is
-//! counted.
+//! Metadata comes from the path alone, from the local container runtime
+//! over its socket when there is one, and from the Kubernetes API server
+//! when credentials are there ([`api`]): node-wide caches ([`Catalog`])
+//! that every pipeline shares, refreshed in the background. Neither is
+//! ever waited on while reading: a container they do not know (yet) is
+//! read with what is known after `metadata_wait`, and the miss is counted;
+//! when they learn more later, the open files' events carry it from then
+//! on.
 
+pub mod api;
 pub mod files;
 pub mod format;
 pub mod path;
@@ -57,10 +60,12 @@ pub const KEYS: &[&str] = &[
     "partial_line_timeout_ms",
     "unfinished_line_timeout_ms",
     "metadata_wait_ms",
+    "api",
+    "kubeconfig",
 ];
 
 /// What this plugin does, for the component reference.
-pub const DOC: &str = r#"Container stdout and stderr as the runtime writes them on the node: kubelet's CRI logs and Docker's json-file logs, partial lines joined, with pod and container metadata from the path and the node's own container runtime (no API-server access)."#;
+pub const DOC: &str = r#"Container stdout and stderr as the runtime writes them on the node: kubelet's CRI logs and Docker's json-file logs, partial lines joined, with pod and container metadata from the path, the node's own container runtime and (when credentials are there) the Kubernetes API server: namespace and node labels, the owning workload, the pod IP."#;
 
 /// The documentation of each of [`KEYS`], for the component reference.
 pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
@@ -114,8 +119,10 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "metadata_wait_ms",
         kind: petrel_core::plugin::KeyKind::Duration,
         default: Some(r#"5000"#),
-        doc: r#"A container the runtime does not know yet waits this long for its metadata, then is read with its path's fields only (counted `metadata_missing`)."#,
+        doc: r#"A container the runtime (or, with `api`, the API server) does not know yet waits this long for its metadata, then is read with what is known (counted `metadata_missing`); later events get the rest once it is known."#,
     },
+    api::API_DOC,
+    api::KUBECONFIG_DOC,
 ];
 
 /// The `runtime` key, documented once for every plugin that reads it.
@@ -147,7 +154,7 @@ pub const ANNOTATION_FIELDS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plug
     name: "annotation_fields",
     kind: petrel_core::plugin::KeyKind::List,
     default: Some(r#"[]"#),
-    doc: r#"Pod annotations copied into events as `k8s.annotations.<key>`."#,
+    doc: r#"Annotations copied into events: the pod's as `k8s.annotations.<key>`, its namespace's as `k8s.namespace_annotations.<key>` (with `api`)."#,
 };
 
 /// The `read_from` key, documented once for every plugin that reads it.
@@ -198,6 +205,7 @@ fn path_or(map: &Map<'_>, k: &str, default: &str) -> PathBuf {
 /// copied.
 struct SharedKeys {
     runtime: RuntimeSettings,
+    api: api::ApiSettings,
     include: Selector,
     exclude: Selector,
     annotation_fields: Vec<String>,
@@ -219,12 +227,30 @@ impl SharedKeys {
                     .collect()
             })
             .unwrap_or_default();
+        let api = api::ApiSettings::parse(map);
+        let (include, exclude) = (include?, exclude?);
+        if api.choice == api::ApiChoice::Off && (include.needs_api() || exclude.needs_api()) {
+            if let Some(n) = map.get("api") {
+                n.error("selecting by `namespace_labels` needs the Kubernetes API server; remove `api: false`");
+            }
+        }
         Some(Self {
             runtime: RuntimeSettings::parse(map),
-            include: include?,
-            exclude: exclude?,
+            api,
+            include,
+            exclude,
             annotation_fields,
         })
+    }
+
+    /// Every annotation key events or selectors use: what the API cache
+    /// keeps of each object.
+    fn annotation_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.annotation_fields.iter().map(|s| s.as_str()).collect();
+        for sel in [&self.include, &self.exclude] {
+            keys.extend(sel.pod_annotations.iter().map(|(k, _)| k.as_str()));
+        }
+        keys
     }
 }
 
@@ -291,6 +317,10 @@ pub struct KubernetesLogsConfig {
     pub docker_dir: PathBuf,
     /// Where metadata comes from.
     pub runtime: RuntimeSettings,
+    /// Whether (and how) the API server is asked.
+    pub api: api::ApiSettings,
+    /// Annotation keys kept from the API (events and selectors).
+    pub api_annotations: Vec<String>,
     /// Containers read (empty: all).
     pub include: Selector,
     /// Containers skipped.
@@ -342,17 +372,27 @@ impl KubernetesLogsConfig {
                 n.error("`max_merged_line_bytes` must be at least 1KiB");
             }
         }
+        let shared = shared?;
+        let api_annotations = shared
+            .annotation_keys()
+            .into_iter()
+            .map(String::from)
+            .collect();
         let SharedKeys {
             runtime,
+            api,
             include,
             exclude,
             annotation_fields,
-        } = shared?;
+        } = shared;
+        // With `api: auto` the API server may be absent: labels would then
+        // be unknown and the selection silently match nothing.
         if runtime.choice == RuntimeChoice::None
+            && api.choice != api::ApiChoice::On
             && (include.needs_runtime() || exclude.needs_runtime())
         {
             if let Some(n) = map.get("runtime") {
-                n.error("selecting by `pod_labels` or `pod_annotations` needs metadata from the container runtime; set `runtime: auto` (or containerd/docker) or select by namespaces, pods and containers");
+                n.error("selecting by `pod_labels` or `pod_annotations` needs metadata from the container runtime or the API server; set `runtime: auto` (or containerd/docker), or `api: true`, or select by namespaces, pods and containers");
             }
         }
         let mut include_globs = Vec::new();
@@ -375,6 +415,8 @@ impl KubernetesLogsConfig {
             pods_dir,
             docker_dir,
             runtime,
+            api,
+            api_annotations,
             include,
             exclude,
             streams,
@@ -447,9 +489,16 @@ impl petrel_core::plugin::SourceConfig for SharedConfig {
         let c = &self.0;
         let catalog = ctx.shared.get_or_try_init(|| Ok(Catalog::default()))?;
         let m = &ctx.metrics;
+        let api = catalog.api(&c.api, m.metrics())?;
+        if let Some(api) = &api {
+            api.want_annotations(c.api_annotations.iter().map(|s| s.as_str()));
+        } else if c.include.needs_api() || c.exclude.needs_api() {
+            tracing::warn!(source = %ctx.key, "`namespace_labels` in `include`/`exclude` but no Kubernetes API server credentials (api: auto found none): namespace labels are unknown, so the condition never holds");
+        }
         let selector = Arc::new(KubeSelector {
             config: c.clone(),
             runtime: catalog.runtime(&c.runtime),
+            api,
             node_name: node_name(),
             base_meta: ctx.meta.clone(),
             counters: FormatCounters {
@@ -506,6 +555,8 @@ pub trait RuntimeMeta: Send + Sync {
 #[derive(Default)]
 pub struct Catalog {
     runtimes: parking_lot::Mutex<HashMap<String, Option<Arc<dyn RuntimeMeta>>>>,
+    /// One API client per set of credentials (almost always one).
+    apis: parking_lot::Mutex<HashMap<String, Option<Arc<api::KubeApi>>>>,
 }
 
 impl Catalog {
@@ -523,6 +574,26 @@ impl Catalog {
             .or_insert_with(|| runtime::connect(settings))
             .clone()
     }
+
+    /// The API client `settings` name, started on first use; `None` when
+    /// the API is off. An error (the source does not start) when `api:
+    /// true` or a named kubeconfig cannot be used.
+    fn api(
+        &self,
+        settings: &api::ApiSettings,
+        metrics: &Arc<petrel_core::Metrics>,
+    ) -> anyhow::Result<Option<Arc<api::KubeApi>>> {
+        let key = settings.share_key();
+        let mut apis = self.apis.lock();
+        if let Some(a) = apis.get(&key) {
+            if a.is_some() || settings.choice != api::ApiChoice::On {
+                return Ok(a.clone());
+            }
+        }
+        let a = api::connect(settings, node_name().as_deref(), metrics)?;
+        apis.insert(key, a.clone());
+        Ok(a)
+    }
 }
 
 /// The node's name, from `$NODE_NAME` (the DaemonSet sets it from the
@@ -539,6 +610,7 @@ fn node_name() -> Option<Arc<str>> {
 struct KubeSelector {
     config: Arc<KubernetesLogsConfig>,
     runtime: Option<Arc<dyn RuntimeMeta>>,
+    api: Option<Arc<api::KubeApi>>,
     node_name: Option<Arc<str>>,
     base_meta: Arc<[(Key, Arc<str>)]>,
     counters: FormatCounters,
@@ -554,11 +626,14 @@ struct KubeSelector {
 }
 
 /// The metadata fields of a container's events: the source's own
-/// (`host`), then what the path says, then what the runtime knows.
+/// (`host`), then what the path says, then what the runtime knows, then
+/// what the API server adds (namespace and node labels, the workload, the
+/// pod IP; the pod's labels and annotations when the runtime has none).
 pub(crate) fn container_fields(
     base: &[(Key, Arc<str>)],
     p: Option<&LogPath>,
     rt: Option<&RuntimeInfo>,
+    api: Option<&api::ApiView>,
     annotation_fields: &[String],
     node: Option<&Arc<str>>,
 ) -> Arc<[(Key, Arc<str>)]> {
@@ -598,6 +673,7 @@ pub(crate) fn container_fields(
             }
         }
     }
+    let named = |k: &str| annotation_fields.iter().any(|f| f == k);
     if let Some(rt) = rt {
         if !matches!(p, Some(LogPath::Docker { .. })) {
             if let Some(id) = &rt.container_id {
@@ -611,8 +687,47 @@ pub(crate) fn container_fields(
             put(&format!("k8s.labels.{k}"), val);
         }
         for (k, val) in &rt.annotations {
-            if annotation_fields.iter().any(|f| f == k) {
+            if named(k) {
                 put(&format!("k8s.annotations.{k}"), val);
+            }
+        }
+    }
+    if let Some(a) = api {
+        if let Some(pod) = &a.pod {
+            // The runtime's copy wins: it is what the container was
+            // started with; the API's fills in where it has none.
+            if rt.is_none_or(|r| r.labels.is_empty()) {
+                for (k, val) in pod.labels.iter() {
+                    put(&format!("k8s.labels.{k}"), val);
+                }
+            }
+            if rt.is_none_or(|r| r.annotations.is_empty()) {
+                for (k, val) in pod.annotations.iter() {
+                    if named(k) {
+                        put(&format!("k8s.annotations.{k}"), val);
+                    }
+                }
+            }
+            if let Some(ip) = &pod.pod_ip {
+                put("k8s.pod_ip", ip);
+            }
+        }
+        for o in &a.owners {
+            put(o.kind.field(), &o.name);
+        }
+        if let Some(ns) = &a.namespace {
+            for (k, val) in ns.labels.iter() {
+                put(&format!("k8s.namespace_labels.{k}"), val);
+            }
+            for (k, val) in ns.annotations.iter() {
+                if named(k) {
+                    put(&format!("k8s.namespace_annotations.{k}"), val);
+                }
+            }
+        }
+        if let Some(n) = &a.node {
+            for (k, val) in n.labels.iter() {
+                put(&format!("k8s.node_labels.{k}"), val);
             }
         }
     }
@@ -620,6 +735,24 @@ pub(crate) fn container_fields(
         v.push(("k8s.node_name".into(), node.clone()));
     }
     v.into()
+}
+
+/// What the API server knows of a container's pod, found by the
+/// namespace, uid and name of its path, else of the runtime.
+fn api_view(api: &api::KubeApi, p: &LogPath, rt: Option<&RuntimeInfo>) -> api::ApiView {
+    match p {
+        LogPath::Cri {
+            namespace,
+            uid,
+            pod,
+            ..
+        } => api.view(Some(namespace), Some(uid), Some(pod)),
+        LogPath::Docker { .. } => api.view(
+            rt.and_then(|r| r.namespace.as_deref()),
+            rt.and_then(|r| r.pod_uid.as_deref()),
+            rt.and_then(|r| r.pod_name.as_deref()),
+        ),
+    }
 }
 
 impl FileSelector for KubeSelector {
@@ -631,33 +764,43 @@ impl FileSelector for KubeSelector {
         }
         let p = LogPath::parse(path, &c.pods_dir, &c.docker_dir)?;
         let rt = self.runtime.as_ref().and_then(|r| r.lookup(&p));
-        if rt.is_none() {
-            if let Some(runtime) = &self.runtime {
-                let mut waiting = self.waiting.lock();
-                if waiting.len() >= 4096 {
-                    // Containers that came and went before the runtime
-                    // answered: forget them after a while.
-                    waiting.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(600));
+        let view = self.api.as_ref().map(|a| api_view(a, &p, rt.as_deref()));
+        let runtime_missing = self.runtime.is_some() && rt.is_none();
+        let api_missing = view.as_ref().is_some_and(|v| v.pod.is_none());
+        if runtime_missing || api_missing {
+            let mut waiting = self.waiting.lock();
+            if waiting.len() >= 4096 {
+                // Containers that came and went before the runtime
+                // answered: forget them after a while.
+                waiting.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(600));
+            }
+            // Bounded by the containers on the node; entries go once
+            // the metadata is known.
+            let e = waiting
+                .entry(p.container_key())
+                .or_insert_with(|| (Instant::now(), false));
+            if e.0.elapsed() < c.metadata_wait {
+                if runtime_missing {
+                    if let Some(runtime) = &self.runtime {
+                        runtime.request_refresh();
+                    }
                 }
-                // Bounded by the containers on the node; entries go once
-                // the runtime knows the container.
-                let e = waiting
-                    .entry(p.container_key())
-                    .or_insert_with(|| (Instant::now(), false));
-                if e.0.elapsed() < c.metadata_wait {
-                    runtime.request_refresh();
-                    return None;
-                }
-                if !e.1 {
-                    e.1 = true;
-                    self.metadata_missing.inc();
-                    tracing::warn!(path = %path.display(), "the container runtime does not know this container; reading it with the metadata of its path");
-                }
+                return None;
+            }
+            if !e.1 {
+                e.1 = true;
+                self.metadata_missing.inc();
+                let who = match (runtime_missing, api_missing) {
+                    (true, true) => "neither the container runtime nor the Kubernetes API server knows this container",
+                    (true, false) => "the container runtime does not know this container",
+                    _ => "the Kubernetes API server does not know this container's pod (yet)",
+                };
+                tracing::warn!(path = %path.display(), "{who}; reading it with what is known, and its events get the rest once it is known");
             }
         } else if !self.waiting.lock().is_empty() {
             self.waiting.lock().remove(&p.container_key());
         }
-        let facts = Facts::of(&p, rt.as_deref());
+        let facts = Facts::of(&p, rt.as_deref(), view.as_ref());
         if !c.include.matches_all(&facts) || c.exclude.matches_any(&facts) {
             let mut rejected = self.rejected.lock();
             // Judged again at the next generation; gone files go then, or
@@ -675,6 +818,7 @@ impl FileSelector for KubeSelector {
                 &self.base_meta,
                 Some(&p),
                 rt.as_deref(),
+                view.as_ref(),
                 &c.annotation_fields,
                 self.node_name.as_ref(),
             ),
@@ -687,6 +831,8 @@ impl FileSelector for KubeSelector {
     }
 
     fn generation(&self) -> u64 {
+        // Both only grow: their sum moves whenever either does.
         self.runtime.as_ref().map_or(0, |r| r.generation())
+            + self.api.as_ref().map_or(0, |a| a.generation())
     }
 }

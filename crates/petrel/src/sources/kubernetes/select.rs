@@ -1,9 +1,11 @@
 //! Which containers a source reads: namespaces, pod names, pod labels and
-//! annotations, container names. Evaluated once per container file when
-//! it is about to be opened, never per event.
+//! annotations, namespace labels, container names. Evaluated once per
+//! container file when it is about to be opened (and again when the
+//! metadata changes), never per event.
 
 use petrel_core::config::{Map, Node};
 
+use super::api::ApiView;
 use super::path::LogPath;
 use super::RuntimeInfo;
 
@@ -13,6 +15,7 @@ pub const KEYS: &[&str] = &[
     "pods",
     "pod_labels",
     "pod_annotations",
+    "namespace_labels",
     "containers",
 ];
 
@@ -21,7 +24,7 @@ pub const INCLUDE_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc
     name: "include",
     kind: petrel_core::plugin::KeyKind::Map,
     default: None,
-    doc: r#"Which containers are read, decided once per container file: `{namespaces, pods, containers, pod_labels, pod_annotations}`. Every condition given must hold; a list matches when any of its names does (`*` wildcards), labels and annotations all must match (value `"*"`: any value). Labels and annotations need a runtime."#,
+    doc: r#"Which containers are read, decided once per container file: `{namespaces, pods, containers, pod_labels, pod_annotations, namespace_labels}`. Every condition given must hold; a list matches when any of its names does (`*` wildcards), labels and annotations all must match (value `"*"`: any value). Pod labels and annotations need a runtime or the API server; namespace labels the API server."#,
 };
 
 /// The `exclude` key, documented once for every plugin that reads it.
@@ -43,6 +46,9 @@ pub struct Selector {
     pub pod_labels: Vec<(String, String)>,
     /// Pod annotations, like labels.
     pub pod_annotations: Vec<(String, String)>,
+    /// Labels of the pod's namespace (from the API server), like pod
+    /// labels.
+    pub namespace_labels: Vec<(String, String)>,
     /// Container names (`*` wildcards allowed).
     pub containers: Vec<String>,
 }
@@ -82,6 +88,7 @@ impl Selector {
             pods: list("pods"),
             pod_labels: pairs("pod_labels"),
             pod_annotations: pairs("pod_annotations"),
+            namespace_labels: pairs("namespace_labels"),
             containers: list("containers"),
         })
     }
@@ -92,7 +99,14 @@ impl Selector {
             && self.pods.is_empty()
             && self.pod_labels.is_empty()
             && self.pod_annotations.is_empty()
+            && self.namespace_labels.is_empty()
             && self.containers.is_empty()
+    }
+
+    /// True when it looks at namespace labels (known only from the API
+    /// server).
+    pub fn needs_api(&self) -> bool {
+        !self.namespace_labels.is_empty()
     }
 
     /// True when it looks at labels or annotations (known only from a
@@ -113,6 +127,10 @@ impl Selector {
                 .pod_annotations
                 .iter()
                 .all(|(k, v)| has(c.annotations, k, v))
+            && self
+                .namespace_labels
+                .iter()
+                .all(|(k, v)| has(c.namespace_labels, k, v))
     }
 
     /// Exclude semantics: any single condition given holds.
@@ -125,6 +143,10 @@ impl Selector {
                 .pod_annotations
                 .iter()
                 .any(|(k, v)| has(c.annotations, k, v))
+            || self
+                .namespace_labels
+                .iter()
+                .any(|(k, v)| has(c.namespace_labels, k, v))
     }
 }
 
@@ -140,22 +162,52 @@ pub struct Facts<'a> {
     pub labels: &'a [(String, String)],
     /// Pod annotations (empty when unknown).
     pub annotations: &'a [(String, String)],
+    /// Labels of the pod's namespace (empty when unknown).
+    pub namespace_labels: &'a [(String, String)],
 }
 
 impl<'a> Facts<'a> {
-    /// Facts from the runtime alone (files inside containers).
-    pub fn of_runtime(rt: &'a RuntimeInfo) -> Self {
-        Self {
+    /// Facts from the runtime (files inside containers) and, when known,
+    /// the API server.
+    pub fn of_runtime(rt: &'a RuntimeInfo, api: Option<&'a ApiView>) -> Self {
+        let mut f = Self {
             namespace: rt.namespace.as_deref(),
             pod: rt.pod_name.as_deref(),
             container: rt.container_name.as_deref(),
             labels: &rt.labels,
             annotations: &rt.annotations,
+            namespace_labels: &[],
+        };
+        f.add_api(api);
+        f
+    }
+
+    /// What the API server adds: namespace labels, and the pod's labels
+    /// and annotations where the runtime has none.
+    fn add_api(&mut self, api: Option<&'a ApiView>) {
+        let Some(api) = api else { return };
+        if let Some(ns) = &api.namespace {
+            self.namespace_labels = &ns.labels;
+        }
+        if let Some(pod) = &api.pod {
+            if self.labels.is_empty() {
+                self.labels = &pod.labels;
+            }
+            if self.annotations.is_empty() {
+                self.annotations = &pod.annotations;
+            }
+            if self.namespace.is_none() {
+                self.namespace = Some(&pod.namespace);
+            }
+            if self.pod.is_none() {
+                self.pod = Some(&pod.name);
+            }
         }
     }
 
-    /// Facts from the path and, when known, the runtime.
-    pub fn of(p: &'a LogPath, rt: Option<&'a RuntimeInfo>) -> Self {
+    /// Facts from the path and, when known, the runtime and the API
+    /// server.
+    pub fn of(p: &'a LogPath, rt: Option<&'a RuntimeInfo>, api: Option<&'a ApiView>) -> Self {
         let (mut namespace, mut pod, mut container) = match p {
             LogPath::Cri {
                 namespace,
@@ -174,13 +226,16 @@ impl<'a> Facts<'a> {
             pod = pod.or(rt.pod_name.as_deref());
             container = container.or(rt.container_name.as_deref());
         }
-        Self {
+        let mut f = Self {
             namespace,
             pod,
             container,
             labels: rt.map_or(&[][..], |r| &r.labels[..]),
             annotations: rt.map_or(&[][..], |r| &r.annotations[..]),
-        }
+            namespace_labels: &[],
+        };
+        f.add_api(api);
+        f
     }
 }
 
@@ -237,6 +292,7 @@ mod tests {
             container: Some("nginx"),
             labels,
             annotations: &[],
+            namespace_labels: &[],
         }
     }
 

@@ -161,10 +161,9 @@ async fn health(axum::extract::State(s): axum::extract::State<ApiState>) -> impl
     health_answer(problems).into_response()
 }
 
-/// 200 with `{"status":"degraded","problems":[...]}`.
-fn degraded_answer(list: Vec<petrel_core::health::Unhealthy>) -> impl IntoResponse {
-    let list: Vec<serde_json::Value> = list
-        .iter()
+/// The problems of a health answer, as its JSON list.
+fn problems_json(list: &[petrel_core::health::Unhealthy]) -> Vec<serde_json::Value> {
+    list.iter()
         .map(|u| {
             serde_json::json!({
                 "component": u.component,
@@ -172,7 +171,12 @@ fn degraded_answer(list: Vec<petrel_core::health::Unhealthy>) -> impl IntoRespon
                 "for_secs": u.for_secs,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// 200 with `{"status":"degraded","problems":[...]}`.
+fn degraded_answer(list: Vec<petrel_core::health::Unhealthy>) -> impl IntoResponse {
+    let list = problems_json(&list);
     let mut t = serde_json::json!({"status": "degraded", "problems": list}).to_string();
     t.push('\n');
     (StatusCode::OK, [(CONTENT_TYPE, "application/json")], t)
@@ -204,16 +208,7 @@ fn health_answer(problems: Vec<petrel_core::health::Unhealthy>) -> impl IntoResp
             json(serde_json::json!({"status": "ok"})),
         );
     }
-    let list: Vec<serde_json::Value> = problems
-        .iter()
-        .map(|u| {
-            serde_json::json!({
-                "component": u.component,
-                "reason": u.reason,
-                "for_secs": u.for_secs,
-            })
-        })
-        .collect();
+    let list = problems_json(&problems);
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [(CONTENT_TYPE, "application/json")],

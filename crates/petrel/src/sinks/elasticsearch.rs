@@ -32,9 +32,9 @@ use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
 use super::client::{answer_text, parse_auth, parse_tls, retry_after, send_failure, Auth, Tls};
 use super::congestion::{Backoff, Window};
-use super::http::{
-    compress_shared, run_batched, BatchShape, BodyEncoding, Compression, Request, RequestSender,
-};
+use super::driver::Compression;
+use super::http::BodyEncoding;
+use super::legacy::{compress_shared, run_batched, BatchShape, Request, RequestSender};
 use super::template::Template;
 
 /// Keys accepted by the elasticsearch sink. `id` is the document id

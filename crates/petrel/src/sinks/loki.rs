@@ -43,9 +43,9 @@ use super::client::{
     answer_text, env_str, parse_auth, parse_tls, retry_after, send_failure, Auth, Tls,
 };
 use super::congestion::{Backoff, Window};
-use super::http::{
-    compress, run_batched, BatchShape, BodyEncoding, Compression, Request, RequestSender,
-};
+use super::driver::Compression;
+use super::http::BodyEncoding;
+use super::legacy::{compress, run_batched, BatchShape, Request, RequestSender};
 use super::template::Template;
 
 /// Keys accepted by the loki sink.

@@ -8,11 +8,13 @@ pub mod blackhole;
 pub mod client;
 pub mod congestion;
 pub mod dead_letter;
+pub mod driver;
 #[cfg(feature = "elasticsearch")]
 pub mod elasticsearch;
 pub mod file;
 pub mod http;
 pub mod kafka;
+mod legacy;
 #[cfg(feature = "loki")]
 pub mod loki;
 #[cfg(feature = "opentelemetry")]

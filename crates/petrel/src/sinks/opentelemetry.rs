@@ -49,10 +49,9 @@ use prost::Message;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 
 use super::congestion::{Backoff, Window};
-use super::http::{
-    compress, parse_headers, run_batched, BatchShape, BodyEncoding, Compression, Request,
-    RequestSender,
-};
+use super::driver::Compression;
+use super::http::{parse_headers, BodyEncoding};
+use super::legacy::{compress, run_batched, BatchShape, Request, RequestSender};
 use super::tls::{parse_tls, Tls};
 
 /// Keys accepted by the opentelemetry sink.

@@ -661,3 +661,301 @@ impl<S: RequestSink> Driver<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_core::plugin::{payload_channel, Encoded, Payload};
+    use petrel_core::{AckReceiver, BatchAck, MemoryCharge, SourceInfo};
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// 1 delivered, -1 failed, 0 not answered.
+    #[derive(Default)]
+    struct Acked(AtomicI32);
+
+    impl AckReceiver for Acked {
+        fn complete(&self, _seq: u64, delivered: bool) {
+            self.0
+                .store(if delivered { 1 } else { -1 }, Ordering::SeqCst);
+        }
+    }
+
+    /// A sink whose answers a test scripts from the body sent.
+    struct Fake {
+        answer: Box<dyn Fn(&[u8], usize) -> Answer + Send + Sync>,
+        sent: parking_lot::Mutex<Vec<String>>,
+        duplicates: Counter,
+        fail_encoding: bool,
+    }
+
+    impl RequestSink for Fake {
+        type Plan<'b> = ();
+
+        const WORDING: Wording = Wording {
+            sink: "test sink",
+            peer: "the store",
+            item: "record",
+            items: "records",
+            hold_fix: "the test",
+        };
+
+        fn plan<'b>(&self, batch: &'b Batch) -> ((), usize) {
+            ((), batch.len())
+        }
+
+        fn build_request(
+            &self,
+            batch: &Batch,
+            _: &(),
+            items: Selection<'_>,
+        ) -> anyhow::Result<Bytes> {
+            anyhow::ensure!(!self.fail_encoding, "cannot encode");
+            Ok(batch.framed(items, Framing::NDJSON))
+        }
+
+        async fn send(&self, body: Bytes, items: usize) -> Answer {
+            self.sent
+                .lock()
+                .push(String::from_utf8_lossy(&body).into_owned());
+            (self.answer)(&body, items)
+        }
+
+        fn dead_letter_record<'a>(
+            &self,
+            batch: &'a Batch,
+            _: &(),
+            item: usize,
+            answer: &'a str,
+        ) -> DeadRecord<'a> {
+            DeadRecord {
+                record: batch.record(item).into(),
+                answer: answer.into(),
+            }
+        }
+
+        fn duplicates(&self) -> Option<&Counter> {
+            Some(&self.duplicates)
+        }
+    }
+
+    fn fake(answer: impl Fn(&[u8], usize) -> Answer + Send + Sync + 'static) -> Fake {
+        Fake {
+            answer: Box::new(answer),
+            sent: Default::default(),
+            duplicates: Counter::default(),
+            fail_encoding: false,
+        }
+    }
+
+    /// Delivers one payload of `records` (one per line) through `sink`;
+    /// returns how its acknowledgement was answered and the metrics.
+    fn deliver(
+        sink: Fake,
+        records: &[&str],
+        dead_letter: Option<PathBuf>,
+    ) -> (i32, Arc<Fake>, ComponentMetrics) {
+        let metrics = petrel_core::Metrics::new().component("p", "sink", "t", "test");
+        let acked = Arc::new(Acked::default());
+        let mut data = Encoded::default();
+        for r in records {
+            data.bytes.extend_from_slice(r.as_bytes());
+            data.bytes.push(b'\n');
+            data.record_ends.push(data.bytes.len() as u32);
+        }
+        let (tx, rx) = payload_channel();
+        let sent = tx.send(Payload {
+            data,
+            events: records.len() as u64,
+            input_bytes: 0,
+            source: Arc::new(SourceInfo::default()),
+            ack: BatchAck::start(acked.clone(), 0),
+            charge: MemoryCharge::none(),
+        });
+        assert!(sent.is_ok());
+        drop(tx);
+        let sink = Arc::new(sink);
+        let settings = Settings {
+            framing: Framing::NDJSON,
+            max_bytes: 1 << 20,
+            max_events: 1000,
+            linger: Duration::from_millis(10),
+            max_in_flight: 4,
+            dead_letter,
+            target: "http://store".into(),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(run(sink.clone(), rx, settings, metrics.clone()));
+        (acked.0.load(Ordering::SeqCst), sink, metrics)
+    }
+
+    /// The value of the series of `name` whose labels contain `label`.
+    fn metric(m: &ComponentMetrics, name: &str, label: &str) -> f64 {
+        let text = m.metrics().render();
+        text.lines()
+            .filter(|l| l.starts_with(name) && l.contains(label))
+            .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    #[test]
+    fn a_refused_record_is_isolated_and_set_aside_and_the_rest_delivered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dl = dir.path().join("dead.ndjson");
+        let sink = fake(|body, _| {
+            if body.windows(3).any(|w| w == b"bad") {
+                Answer::Refused {
+                    status: 400,
+                    text: "no".into(),
+                    split: true,
+                }
+            } else {
+                Answer::Delivered
+            }
+        });
+        let (acked, sink, m) = deliver(
+            sink,
+            &["{\"a\":1}", "bad", "{\"c\":3}", "{\"d\":4}"],
+            Some(dl.clone()),
+        );
+        assert_eq!(acked, 1);
+        let text = std::fs::read_to_string(&dl).expect("dead letter");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert_eq!(lines[0]["record"], "bad");
+        assert_eq!(lines[0]["status"], 400);
+        assert_eq!(lines[0]["url"], "http://store");
+        let sent = sink.sent.lock().clone();
+        // All, the first half, its halves, the second half.
+        assert_eq!(sent.len(), 5, "{sent:?}");
+        assert_eq!(metric(&m, "petrel_component_sent_events_total", ""), 3.0);
+        assert_eq!(
+            metric(&m, "petrel_component_discarded_events_total", "dead_letter"),
+            1.0
+        );
+    }
+
+    #[test]
+    fn a_request_refused_as_a_whole_sets_all_its_items_aside_in_one_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dl = dir.path().join("dead.ndjson");
+        let sink = fake(|_, _| Answer::Refused {
+            status: 400,
+            text: "too old".into(),
+            split: false,
+        });
+        let (acked, sink, _) = deliver(sink, &["a", "b", "c"], Some(dl.clone()));
+        assert_eq!(acked, 1);
+        assert_eq!(sink.sent.lock().len(), 1);
+        let text = std::fs::read_to_string(&dl).expect("dead letter");
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
+
+    #[test]
+    fn items_answered_retry_are_sent_again_alone() {
+        let sink = fake(|_, items| {
+            if items == 3 {
+                Answer::Items(vec![Item::Delivered, Item::Retry, Item::Duplicate])
+            } else {
+                Answer::Items(vec![Item::Delivered])
+            }
+        });
+        let (acked, sink, m) = deliver(sink, &["a", "b", "c"], None);
+        assert_eq!(acked, 1);
+        assert_eq!(*sink.sent.lock(), ["a\nb\nc\n", "b\n"]);
+        assert_eq!(sink.duplicates.get(), 1);
+        assert_eq!(
+            metric(&m, "petrel_component_errors_total", "item_retried"),
+            1.0
+        );
+        assert_eq!(metric(&m, "petrel_component_retried_events_total", ""), 1.0);
+        assert_eq!(metric(&m, "petrel_component_sent_events_total", ""), 2.0);
+    }
+
+    #[test]
+    fn a_refused_record_without_a_dead_letter_is_retried_until_accepted() {
+        let calls = AtomicI32::new(0);
+        let sink = fake(move |_, _| {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                Answer::Refused {
+                    status: 422,
+                    text: "no".into(),
+                    split: true,
+                }
+            } else {
+                Answer::Delivered
+            }
+        });
+        let (acked, sink, m) = deliver(sink, &["a"], None);
+        assert_eq!(acked, 1);
+        assert_eq!(sink.sent.lock().len(), 2);
+        assert_eq!(metric(&m, "petrel_component_errors_total", "rejected"), 1.0);
+    }
+
+    #[test]
+    fn a_retry_honours_the_wait_asked_for_and_counts_the_error() {
+        let calls = AtomicI32::new(0);
+        let sink = fake(move |_, _| {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                Answer::Retry {
+                    after: Some(Duration::from_millis(300)),
+                    error_type: "request_failed",
+                    why: "answered 503".into(),
+                }
+            } else {
+                Answer::PartialSuccess {
+                    rejected: 1,
+                    message: "one".into(),
+                }
+            }
+        });
+        let started = Instant::now();
+        let (acked, _, m) = deliver(sink, &["a", "b"], None);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(acked, 1);
+        assert_eq!(
+            metric(&m, "petrel_component_errors_total", "request_failed"),
+            1.0
+        );
+        assert_eq!(
+            metric(&m, "petrel_component_discarded_events_total", "rejected"),
+            1.0
+        );
+        assert_eq!(metric(&m, "petrel_component_sent_events_total", ""), 1.0);
+    }
+
+    #[test]
+    fn a_request_that_cannot_be_encoded_fails_its_payloads() {
+        let mut sink = fake(|_, _| Answer::Delivered);
+        sink.fail_encoding = true;
+        let (acked, sink, _) = deliver(sink, &["a"], None);
+        assert_eq!(acked, -1);
+        assert!(sink.sent.lock().is_empty());
+    }
+
+    #[test]
+    fn framing_and_selections() {
+        let batch = Batch {
+            body: Bytes::from_static(b"[a,b,c]"),
+            records: vec![1..2, 3..4, 5..6],
+        };
+        let all = [0, 1, 2];
+        assert_eq!(
+            &batch.framed(Selection::new(&all, 3), Framing::JSON_ARRAY)[..],
+            b"[a,b,c]"
+        );
+        assert_eq!(
+            &batch.framed(Selection::new(&[0, 2], 3), Framing::JSON_ARRAY)[..],
+            b"[a,c]"
+        );
+        assert_eq!(
+            &batch.framed(Selection::new(&[1], 3), Framing::NDJSON)[..],
+            b"b\n"
+        );
+    }
+}

@@ -14,7 +14,6 @@ pub mod elasticsearch;
 pub mod file;
 pub mod http;
 pub mod kafka;
-mod legacy;
 #[cfg(feature = "loki")]
 pub mod loki;
 #[cfg(feature = "opentelemetry")]

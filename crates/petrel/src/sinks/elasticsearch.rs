@@ -604,16 +604,14 @@ impl Sink for ElasticsearchSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let settings = Settings {
-            framing: Framing::NDJSON,
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-            dead_letter: self.config.dead_letter.clone(),
-            // Dead letters name the first node: the one an operator knows.
-            target: self.endpoints[0].base.to_string(),
-        };
+        let c = &self.config;
+        // Dead letters name the first node: the one an operator knows.
+        let settings = Settings::new(
+            Framing::NDJSON,
+            self.endpoints[0].base.to_string(),
+            c.dead_letter.clone(),
+        )
+        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }
@@ -798,14 +796,8 @@ impl ElasticsearchSink {
             // ours, sent before.
             409 if self.config.mode != Mode::Index => Item::Duplicate,
             s if usually_transient(s) => Item::Retry,
-            status @ (401 | 403 | 404) => Item::Hold {
-                status,
-                text: text(),
-            },
-            status => Item::Refused {
-                status,
-                text: text(),
-            },
+            status @ (401 | 403 | 404) => Item::Hold(status, text()),
+            status => Item::Refused(status, text()),
         }
     }
 }
@@ -815,15 +807,10 @@ impl RequestSink for ElasticsearchSink {
 
     const WORDING: Wording = Wording {
         sink: "elasticsearch sink",
-        peer: "the server",
-        item: "document",
-        items: "documents",
+        peer: "the cluster",
+        items: ("document", "documents"),
         hold_fix: "the credentials, the permissions, the index or the URL",
     };
-
-    fn plan<'b>(&self, batch: &'b Batch) -> ((), usize) {
-        ((), batch.len())
-    }
 
     fn build_request(&self, batch: &Batch, _: &(), items: Selection<'_>) -> anyhow::Result<Bytes> {
         // The request's body is the bulk body of all its records.
@@ -837,14 +824,7 @@ impl RequestSink for ElasticsearchSink {
         self.bulk(body, items).await
     }
 
-    fn dead_letter_record<'a>(
-        &self,
-        batch: &'a Batch,
-        _: &(),
-        item: usize,
-        answer: &'a str,
-    ) -> DeadRecord<'a> {
-        let record = batch.record(item);
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
         // The record is the action line and the document: the document
         // goes to the file, the action's index in the answer text.
         let (action, doc) = match memchr::memchr(b'\n', record) {

@@ -30,9 +30,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONT
 
 use super::client::{failed_answer, unanswered, usually_transient};
 pub use super::driver::Compression;
-use super::driver::{
-    self, Answer, Batch, DeadRecord, Framing, RequestSink, Selection, Settings, Wording,
-};
+use super::driver::{self, Answer, Batch, Framing, RequestSink, Selection, Settings, Wording};
 // The acknowledgement rules of the driver are tested below, where they
 // were first written for this sink.
 #[cfg(test)]
@@ -341,14 +339,9 @@ impl RequestSink for HttpSink {
     const WORDING: Wording = Wording {
         sink: "http sink",
         peer: "the endpoint",
-        item: "record",
-        items: "records",
+        items: ("record", "records"),
         hold_fix: "the credentials or the URL",
     };
-
-    fn plan<'b>(&self, batch: &'b Batch) -> ((), usize) {
-        ((), batch.len())
-    }
 
     fn build_request(&self, batch: &Batch, _: &(), items: Selection<'_>) -> anyhow::Result<Bytes> {
         Ok(self
@@ -376,19 +369,6 @@ impl RequestSink for HttpSink {
             Ok(r) => failed_answer(r, usually_transient).await,
         }
     }
-
-    fn dead_letter_record<'a>(
-        &self,
-        batch: &'a Batch,
-        _: &(),
-        item: usize,
-        answer: &'a str,
-    ) -> DeadRecord<'a> {
-        DeadRecord {
-            record: batch.record(item).into(),
-            answer: answer.into(),
-        }
-    }
 }
 
 impl Sink for HttpSink {
@@ -403,15 +383,9 @@ impl Sink for HttpSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let settings = Settings {
-            framing: self.framing(),
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-            dead_letter: self.config.dead_letter.clone(),
-            target: self.config.url.to_string(),
-        };
+        let c = &self.config;
+        let settings = Settings::new(self.framing(), c.url.to_string(), c.dead_letter.clone())
+            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }

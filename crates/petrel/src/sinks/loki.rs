@@ -697,15 +697,9 @@ impl Sink for LokiSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let settings = Settings {
-            framing: Framing::NDJSON,
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-            dead_letter: self.config.dead_letter.clone(),
-            target: self.config.url.to_string(),
-        };
+        let c = &self.config;
+        let settings = Settings::new(Framing::NDJSON, c.url.to_string(), c.dead_letter.clone())
+            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }
@@ -718,8 +712,7 @@ impl RequestSink for LokiSink {
     const WORDING: Wording = Wording {
         sink: "loki sink",
         peer: "Loki",
-        item: "entry",
-        items: "entries",
+        items: ("entry", "entries"),
         hold_fix: "the credentials, the tenant or the URL",
     };
 
@@ -794,17 +787,18 @@ impl RequestSink for LokiSink {
         }
     }
 
-    fn dead_letter_record<'a>(
+    fn item_record<'a>(
         &self,
         batch: &'a Batch,
         (_, entries): &Self::Plan<'_>,
         item: usize,
-        answer: &'a str,
-    ) -> DeadRecord<'a> {
+    ) -> &'a [u8] {
+        batch.record(entries[item].record as usize)
+    }
+
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
         DeadRecord {
-            record: self
-                .dead_record(batch.record(entries[item].record as usize))
-                .into(),
+            record: self.dead_record(record).into(),
             answer: answer.into(),
         }
     }

@@ -1202,15 +1202,10 @@ impl RequestSink for OtlpSink {
 
     const WORDING: Wording = Wording {
         sink: "opentelemetry sink",
-        peer: "the server",
-        item: "record",
-        items: "records",
+        peer: "the OTLP endpoint",
+        items: ("record", "records"),
         hold_fix: "the credentials or the endpoint",
     };
-
-    fn plan<'b>(&self, batch: &'b Batch) -> ((), usize) {
-        ((), batch.len())
-    }
 
     fn build_request(&self, batch: &Batch, _: &(), items: Selection<'_>) -> anyhow::Result<Bytes> {
         let pb = assemble(items.iter().map(|i| batch.record(i)));
@@ -1234,15 +1229,9 @@ impl RequestSink for OtlpSink {
         }
     }
 
-    fn dead_letter_record<'a>(
-        &self,
-        batch: &'a Batch,
-        _: &(),
-        item: usize,
-        answer: &'a str,
-    ) -> DeadRecord<'a> {
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
         DeadRecord {
-            record: record_json(batch.record(item)).into(),
+            record: record_json(record).into(),
             answer: answer.into(),
         }
     }
@@ -1254,15 +1243,13 @@ impl Sink for OtlpSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let settings = Settings {
-            framing: Framing::NDJSON,
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-            dead_letter: self.config.dead_letter.clone(),
-            target: self.config.endpoint.to_string(),
-        };
+        let c = &self.config;
+        let settings = Settings::new(
+            Framing::NDJSON,
+            c.endpoint.to_string(),
+            c.dead_letter.clone(),
+        )
+        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }

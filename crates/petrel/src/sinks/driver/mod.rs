@@ -58,15 +58,17 @@ const LOUD_EVERY: Duration = Duration::from_secs(10);
 /// (Loki: its entries, grouped by stream and sorted by time).
 pub trait RequestSink: Send + Sync + 'static {
     /// What [`RequestSink::plan`] makes of a request, kept while it is
-    /// being delivered.
-    type Plan<'b>: Send + Sync;
+    /// being delivered (`()` where items are records).
+    type Plan<'b>: Send + Sync + Default;
 
     /// Words of the log lines and health texts.
     const WORDING: Wording;
 
     /// Prepares a request once, before its first attempt: its plan and
-    /// how many items it has.
-    fn plan<'b>(&self, batch: &'b Batch) -> (Self::Plan<'b>, usize);
+    /// how many items it has. By default its items are its records.
+    fn plan<'b>(&self, batch: &'b Batch) -> (Self::Plan<'b>, usize) {
+        (Default::default(), batch.len())
+    }
 
     /// The body that delivers `items` of the request (encoded and
     /// compressed). An error fails the request: its payloads are read
@@ -82,15 +84,21 @@ pub trait RequestSink: Send + Sync + 'static {
     /// answer.
     fn send(&self, body: Bytes, items: usize) -> impl std::future::Future<Output = Answer> + Send;
 
-    /// How item `item`, refused with `answer`, is written to the dead
-    /// letter file.
-    fn dead_letter_record<'a>(
-        &self,
-        batch: &'a Batch,
-        plan: &Self::Plan<'_>,
-        item: usize,
-        answer: &'a str,
-    ) -> DeadRecord<'a>;
+    /// The record that item `item` of the request came from. By default
+    /// items are records.
+    fn item_record<'a>(&self, batch: &'a Batch, plan: &Self::Plan<'_>, item: usize) -> &'a [u8] {
+        let _ = plan;
+        batch.record(item)
+    }
+
+    /// How `record`, refused with `answer`, is written to the dead letter
+    /// file. By default: as encoded, with the answer.
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
+        DeadRecord {
+            record: record.into(),
+            answer: answer.into(),
+        }
+    }
 
     /// The counter of items the destination already had
     /// ([`Item::Duplicate`]).
@@ -111,10 +119,8 @@ pub struct Wording {
     pub sink: &'static str,
     /// Who answers: `the endpoint`, `Loki`.
     pub peer: &'static str,
-    /// One item: `record`, `document`, `entry`.
-    pub item: &'static str,
-    /// Several items.
-    pub items: &'static str,
+    /// One item and several: `("entry", "entries")`.
+    pub items: (&'static str, &'static str),
     /// What an operator fixes when the destination answers 401, 403 or
     /// 404: `the credentials or the URL`.
     pub hold_fix: &'static str,
@@ -174,20 +180,12 @@ pub enum Item {
     Duplicate,
     /// Transient: sent again, alone with the other retried items.
     Retry,
-    /// 401, 403 or 404 for this item: it waits, loudly.
-    Hold {
-        /// The status.
-        status: u16,
-        /// Why.
-        text: String,
-    },
-    /// Refused for good: set aside in the dead letter file.
-    Refused {
-        /// The status.
-        status: u16,
-        /// Why.
-        text: String,
-    },
+    /// 401, 403 or 404 for this item (the status, and why): it waits,
+    /// loudly.
+    Hold(u16, String),
+    /// Refused for good (the status, and why): set aside in the dead
+    /// letter file.
+    Refused(u16, String),
 }
 
 /// One refused item as the dead letter file receives it.
@@ -216,6 +214,40 @@ pub struct Settings {
     pub dead_letter: Option<PathBuf>,
     /// Where requests go, for logs, health texts and dead letters.
     pub target: String,
+}
+
+impl Settings {
+    /// Requests laid out by `framing`, sent to `target`, refused items set
+    /// aside in `dead_letter`; requests of 1 MiB and 10,000 events at
+    /// most, sent 1 s after their first event at the latest, 16 at once
+    /// at most, until [`Settings::limits`] says otherwise.
+    pub fn new(framing: Framing, target: String, dead_letter: Option<PathBuf>) -> Self {
+        Self {
+            framing,
+            max_bytes: 1 << 20,
+            max_events: 10_000,
+            linger: Duration::from_secs(1),
+            max_in_flight: 16,
+            dead_letter,
+            target,
+        }
+    }
+
+    /// The sink's `batch` (`max_bytes`, `max_events`, `linger`) and
+    /// `max_in_flight_requests`.
+    pub fn limits(
+        mut self,
+        max_bytes: usize,
+        max_events: usize,
+        linger: Duration,
+        max_in_flight: usize,
+    ) -> Self {
+        self.max_bytes = max_bytes;
+        self.max_events = max_events;
+        self.linger = linger;
+        self.max_in_flight = max_in_flight;
+        self
+    }
 }
 
 /// Delivers the payloads of `rx` through `sink` until the queue closes
@@ -293,6 +325,18 @@ impl Waits {
         self.refused = (d * 2).min(MAX_REFUSED_BACKOFF);
         d
     }
+}
+
+/// What one attempt sent.
+struct Sent<'a, P> {
+    /// The request.
+    batch: &'a Batch,
+    /// The sink's plan of it.
+    plan: &'a P,
+    /// The items sent (ascending).
+    items: &'a [u32],
+    /// The size of the body.
+    bytes: usize,
 }
 
 /// What follows an answer.
@@ -379,7 +423,13 @@ impl<S: RequestSink> Driver<S> {
                 };
                 let next = loop {
                     let answer = self.sink.send(body.clone(), pending.len()).await;
-                    match self.act(answer, &batch, &plan, &pending, body.len(), &mut waits) {
+                    let sent = Sent {
+                        batch: &batch,
+                        plan: &plan,
+                        items: &pending,
+                        bytes: body.len(),
+                    };
+                    match self.act(answer, &sent, &mut waits) {
                         Next::Again(wait) => tokio::time::sleep(wait).await,
                         next => break next,
                     }
@@ -402,23 +452,15 @@ impl<S: RequestSink> Driver<S> {
         req.acks.delivered = true;
     }
 
-    /// Acts on the answer to the items `pending`, sent in a body of
-    /// `sent_bytes`.
-    fn act(
-        &self,
-        answer: Answer,
-        batch: &Batch,
-        plan: &S::Plan<'_>,
-        pending: &[u32],
-        sent_bytes: usize,
-        waits: &mut Waits,
-    ) -> Next {
+    /// Acts on the answer to what was `sent`.
+    fn act(&self, answer: Answer, sent: &Sent<'_, S::Plan<'_>>, waits: &mut Waits) -> Next {
+        let pending = sent.items;
         let w = S::WORDING;
         let target = &self.settings.target;
         let n = pending.len() as u64;
         match answer {
             Answer::Delivered => {
-                self.delivered(n, sent_bytes);
+                self.delivered(n, sent.bytes);
                 Next::Done
             }
             Answer::PartialSuccess { rejected, message } => {
@@ -426,10 +468,10 @@ impl<S: RequestSink> Driver<S> {
                 if rejected > 0 {
                     self.metrics.discarded("rejected", rejected);
                     if self.partial_log.allow() {
-                        tracing::warn!(rejected, message = %message, target = %target, "{}: {} accepted the request but rejected some {} (partial success); they are not sent again", w.sink, w.peer, w.items);
+                        tracing::warn!(rejected, message = %message, target = %target, "{}: {} accepted the request but rejected some {} (partial success); they are not sent again", w.sink, w.peer, w.items.1);
                     }
                 }
-                self.delivered(n - rejected, sent_bytes);
+                self.delivered(n - rejected, sent.bytes);
                 Next::Done
             }
             Answer::Items(items) if items.len() != pending.len() => {
@@ -441,9 +483,7 @@ impl<S: RequestSink> Driver<S> {
                 );
                 self.transient(n, None, "request_failed", waits)
             }
-            Answer::Items(items) => {
-                self.act_on_items(items, batch, plan, pending, sent_bytes, waits)
-            }
+            Answer::Items(items) => self.act_on_items(items, sent, waits),
             Answer::Retry {
                 after,
                 error_type,
@@ -474,7 +514,7 @@ impl<S: RequestSink> Driver<S> {
                     .iter()
                     .map(|&i| (i, status, text.as_str()))
                     .collect();
-                if self.set_aside(batch, plan, &refused, 1) {
+                if self.set_aside(sent, &refused, 1) {
                     Next::Done
                 } else {
                     Next::Again(waits.refused())
@@ -511,10 +551,7 @@ impl<S: RequestSink> Driver<S> {
     fn act_on_items(
         &self,
         items: Vec<Item>,
-        batch: &Batch,
-        plan: &S::Plan<'_>,
-        pending: &[u32],
-        sent_bytes: usize,
+        sent: &Sent<'_, S::Plan<'_>>,
         waits: &mut Waits,
     ) -> Next {
         let w = S::WORDING;
@@ -522,24 +559,24 @@ impl<S: RequestSink> Driver<S> {
         let mut refused = Vec::new();
         let mut held = false;
         let (mut ok, mut dups) = (0u64, 0u64);
-        for (&i, item) in pending.iter().zip(items) {
+        for (&i, item) in sent.items.iter().zip(items) {
             match item {
                 Item::Delivered => ok += 1,
                 Item::Duplicate => dups += 1,
                 Item::Retry => retry.push(i),
-                Item::Hold { status, text } => {
+                Item::Hold(status, text) => {
                     held = true;
                     self.loud(
                         status,
                         &text,
                         &format!(
                             "{} answers {status} for {}; they wait and are retried: fix {}",
-                            w.peer, w.items, w.hold_fix
+                            w.peer, w.items.1, w.hold_fix
                         ),
                     );
                     retry.push(i);
                 }
-                Item::Refused { status, text } => refused.push((i, status, text)),
+                Item::Refused(status, text) => refused.push((i, status, text)),
             }
         }
         if !refused.is_empty() {
@@ -547,7 +584,7 @@ impl<S: RequestSink> Driver<S> {
                 .iter()
                 .map(|(i, s, t)| (*i, *s, t.as_str()))
                 .collect();
-            if !self.set_aside(batch, plan, &view, view.len() as u64) {
+            if !self.set_aside(sent, &view, view.len() as u64) {
                 held = true;
                 retry.extend(refused.iter().map(|r| r.0));
                 // Items stay in request order, which `Selection` relies on.
@@ -559,7 +596,7 @@ impl<S: RequestSink> Driver<S> {
             c.inc_by(dups);
         }
         if ok + dups > 0 {
-            self.metrics.sent_bytes.inc_by(sent_bytes as u64);
+            self.metrics.sent_bytes.inc_by(sent.bytes as u64);
         }
         if retry.is_empty() {
             self.window.on_success();
@@ -582,8 +619,7 @@ impl<S: RequestSink> Driver<S> {
     /// cannot be written. Without a file, `rejected` errors are counted.
     fn set_aside(
         &self,
-        batch: &Batch,
-        plan: &S::Plan<'_>,
+        sent: &Sent<'_, S::Plan<'_>>,
         refused: &[(u32, u16, &str)],
         rejected: u64,
     ) -> bool {
@@ -594,9 +630,9 @@ impl<S: RequestSink> Driver<S> {
         };
         let n = refused.len();
         let (what, retried) = if n == 1 {
-            (w.item, "it is retried")
+            (w.items.0, "it is retried")
         } else {
-            (w.items, "they are retried")
+            (w.items.1, "they are retried")
         };
         let Some(path) = &self.settings.dead_letter else {
             self.metrics.error("rejected", rejected);
@@ -604,7 +640,7 @@ impl<S: RequestSink> Driver<S> {
                 .failing(format!("{status} from {target} for {what}"));
             self.loud(status, text, &format!(
                 "{} refuses {n} {what} with {status}; {retried}: configure `dead_letter` to set such {} aside",
-                w.peer, w.items
+                w.peer, w.items.1
             ));
             return false;
         };
@@ -612,7 +648,10 @@ impl<S: RequestSink> Driver<S> {
             .iter()
             .map(|&(i, status, text)| {
                 (
-                    self.sink.dead_letter_record(batch, plan, i as usize, text),
+                    self.sink.dead_letter_record(
+                        self.sink.item_record(sent.batch, sent.plan, i as usize),
+                        text,
+                    ),
                     status,
                 )
             })
@@ -680,9 +719,12 @@ mod tests {
         }
     }
 
+    /// How a test answers a body of so many items.
+    type Script = Box<dyn Fn(&[u8], usize) -> Answer + Send + Sync>;
+
     /// A sink whose answers a test scripts from the body sent.
     struct Fake {
-        answer: Box<dyn Fn(&[u8], usize) -> Answer + Send + Sync>,
+        answer: Script,
         sent: parking_lot::Mutex<Vec<String>>,
         duplicates: Counter,
         fail_encoding: bool,
@@ -694,14 +736,9 @@ mod tests {
         const WORDING: Wording = Wording {
             sink: "test sink",
             peer: "the store",
-            item: "record",
-            items: "records",
+            items: ("record", "records"),
             hold_fix: "the test",
         };
-
-        fn plan<'b>(&self, batch: &'b Batch) -> ((), usize) {
-            ((), batch.len())
-        }
 
         fn build_request(
             &self,
@@ -720,19 +757,6 @@ mod tests {
             (self.answer)(&body, items)
         }
 
-        fn dead_letter_record<'a>(
-            &self,
-            batch: &'a Batch,
-            _: &(),
-            item: usize,
-            answer: &'a str,
-        ) -> DeadRecord<'a> {
-            DeadRecord {
-                record: batch.record(item).into(),
-                answer: answer.into(),
-            }
-        }
-
         fn duplicates(&self) -> Option<&Counter> {
             Some(&self.duplicates)
         }
@@ -745,6 +769,18 @@ mod tests {
             duplicates: Counter::default(),
             fail_encoding: false,
         }
+    }
+
+    /// A sink that answers `first()` to the first request, `then()` after.
+    fn first_then(first: fn() -> Answer, then: fn() -> Answer) -> Fake {
+        let calls = AtomicI32::new(0);
+        fake(move |_, _| {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                first()
+            } else {
+                then()
+            }
+        })
     }
 
     /// Delivers one payload of `records` (one per line) through `sink`;
@@ -774,15 +810,12 @@ mod tests {
         assert!(sent.is_ok());
         drop(tx);
         let sink = Arc::new(sink);
-        let settings = Settings {
-            framing: Framing::NDJSON,
-            max_bytes: 1 << 20,
-            max_events: 1000,
-            linger: Duration::from_millis(10),
-            max_in_flight: 4,
-            dead_letter,
-            target: "http://store".into(),
-        };
+        let settings = Settings::new(Framing::NDJSON, "http://store".into(), dead_letter).limits(
+            1 << 20,
+            1000,
+            Duration::from_millis(10),
+            4,
+        );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -879,18 +912,12 @@ mod tests {
 
     #[test]
     fn a_refused_record_without_a_dead_letter_is_retried_until_accepted() {
-        let calls = AtomicI32::new(0);
-        let sink = fake(move |_, _| {
-            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                Answer::Refused {
-                    status: 422,
-                    text: "no".into(),
-                    split: true,
-                }
-            } else {
-                Answer::Delivered
-            }
-        });
+        let refused = || Answer::Refused {
+            status: 422,
+            text: "no".into(),
+            split: true,
+        };
+        let sink = first_then(refused, || Answer::Delivered);
         let (acked, sink, m) = deliver(sink, &["a"], None);
         assert_eq!(acked, 1);
         assert_eq!(sink.sent.lock().len(), 2);
@@ -899,21 +926,16 @@ mod tests {
 
     #[test]
     fn a_retry_honours_the_wait_asked_for_and_counts_the_error() {
-        let calls = AtomicI32::new(0);
-        let sink = fake(move |_, _| {
-            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                Answer::Retry {
-                    after: Some(Duration::from_millis(300)),
-                    error_type: "request_failed",
-                    why: "answered 503".into(),
-                }
-            } else {
-                Answer::PartialSuccess {
-                    rejected: 1,
-                    message: "one".into(),
-                }
-            }
-        });
+        let retry = || Answer::Retry {
+            after: Some(Duration::from_millis(300)),
+            error_type: "request_failed",
+            why: "answered 503".into(),
+        };
+        let partial = || Answer::PartialSuccess {
+            rejected: 1,
+            message: "one".into(),
+        };
+        let sink = first_then(retry, partial);
         let started = Instant::now();
         let (acked, _, m) = deliver(sink, &["a", "b"], None);
         assert!(started.elapsed() >= Duration::from_millis(300));

@@ -94,18 +94,21 @@ for ds in "${datasets[@]}"; do
     lines=$(wc -l < "$f")
     for variant in $BENCH_SINKS; do
         variant_setup "$ds" "$variant" "$lines" "$gen_events" || continue
+        # A sink's address (elasticsearch:URL) is no part of a row's name:
+        # it would put slashes in file names and colons in the row key.
+        label=${variant%%:*}
         for thr in $(threads_for "$ds"); do
-            name="cmp-$ds-$variant-t$thr"
+            name="cmp-$ds-$label-t$thr"
             # Interleaved, so that both sides share each stretch of noise.
             for rep in $(seq "$BENCH_REPEAT"); do
                 run_once "$BASE_BIN" "$f" "$thr" "$name-base" "$rep" \
-                    side=base "commit=$BASE_SHORT" "dataset=$ds" "variant=$variant"
+                    side=base "commit=$BASE_SHORT" "dataset=$ds" "variant=$label"
                 cat "$RUN_RESULT" >> "$jsonl"
                 run_once "$BIN" "$f" "$thr" "$name-current" "$rep" \
-                    side=current "commit=$BUILT_FROM" "dataset=$ds" "variant=$variant"
+                    side=current "commit=$BUILT_FROM" "dataset=$ds" "variant=$label"
                 cat "$RUN_RESULT" >> "$jsonl"
             done
-            python3 "$HELPER" compare-report --jsonl "$jsonl" --row "$ds:$variant:$thr" $header
+            python3 "$HELPER" compare-report --jsonl "$jsonl" --row "$ds:$label:$thr" $header
             header=
         done
     done

@@ -6,6 +6,8 @@ use std::time::Duration;
 use petrel_core::config::Node;
 use reqwest::header::AUTHORIZATION;
 
+use super::driver::Answer;
+
 pub use super::tls::{parse_tls, Tls};
 
 /// Credentials sent with every request.
@@ -105,6 +107,47 @@ pub async fn answer_text(resp: reqwest::Response) -> String {
         .chars()
         .take(1024)
         .collect()
+}
+
+/// 408, 429 and 5xx: the statuses most servers mean as "try again".
+pub fn usually_transient(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
+/// The answer to a request that got no answer: sent again (the failure
+/// classified by [`send_failure`]).
+pub fn unanswered(e: &reqwest::Error, url: &str, timeout: Duration) -> Answer {
+    let f = send_failure(e, url, timeout);
+    Answer::Retry {
+        after: None,
+        error_type: f.error_type,
+        why: f.message,
+    }
+}
+
+/// The common reading of an answer that is not a success: the statuses
+/// `retryable` accepts are sent again (after the `Retry-After` the server
+/// asked for); 401, 403 and 404 hold the data until an operator acts; any
+/// other status refuses some item of the request, which is halved until
+/// the refused items are alone.
+pub async fn failed_answer(resp: reqwest::Response, retryable: fn(u16) -> bool) -> Answer {
+    let status = resp.status().as_u16();
+    if retryable(status) {
+        return Answer::Retry {
+            after: retry_after(&resp),
+            error_type: "request_failed",
+            why: format!("answered {status}"),
+        };
+    }
+    let text = answer_text(resp).await;
+    match status {
+        401 | 403 | 404 => Answer::Hold { status, text },
+        _ => Answer::Refused {
+            status,
+            text,
+            split: true,
+        },
+    }
 }
 
 /// Why a request got no answer, as `error_type` and as a log text that

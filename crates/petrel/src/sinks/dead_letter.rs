@@ -46,8 +46,18 @@ pub fn write<'r>(
     records: impl IntoIterator<Item = &'r [u8]>,
     refusal: Refusal<'_>,
 ) -> io::Result<()> {
+    write_each(path, records.into_iter().map(|r| (r, refusal)))
+}
+
+/// Appends one line per `(record, refusal)` of `records` to the
+/// dead-letter file `path`, all or none of them: records of one request
+/// refused for different reasons are set aside in one write.
+pub fn write_each<'r, 'a>(
+    path: &Path,
+    records: impl IntoIterator<Item = (&'r [u8], Refusal<'a>)>,
+) -> io::Result<()> {
     let mut lines = Vec::new();
-    for record in records {
+    for (record, refusal) in records {
         line(&mut lines, record, refusal);
     }
     if lines.is_empty() {

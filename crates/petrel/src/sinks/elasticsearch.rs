@@ -3,16 +3,16 @@
 //!
 //! Encoding (on the processing pool) writes each event as an action line
 //! and the document, with the shared JSON writer of the `ndjson` encoding.
-//! Delivery gathers encoded events into bulk requests like the `http` sink
-//! (same batching, congestion window and acknowledgement parts) and reads
-//! the answer per item: 2xx delivered; 409 on `create` means our own id is
-//! already there (a copy sent again after a crash or a lost answer), so it
-//! is delivered and counted in `component_duplicates_skipped_total`; 408,
-//! 429 and 5xx items are sent again alone after a backoff; 401, 403 and
-//! 404 items wait, loudly, for an operator; any other 4xx item (mapping
-//! conflict, parse error) goes to `dead_letter` with the server's reason,
-//! or without one is retried loudly, never dropped. A whole request
-//! answered 413 is split in halves.
+//! Delivery runs through the driver ([`super::driver`]: batching,
+//! congestion window, retries and acknowledgements); the sink's
+//! classification reads a bulk answer per item: 2xx delivered; 409 on
+//! `create` means our own id is already there (a copy sent again after a
+//! crash or a lost answer), so it is delivered and counted in
+//! `component_duplicates_skipped_total`; 408, 429 and 5xx items are sent
+//! again alone after a backoff; 401, 403 and 404 items wait, loudly, for an
+//! operator; any other 4xx item (mapping conflict, parse error) goes to
+//! `dead_letter` with the server's reason, or without one is retried
+//! loudly, never dropped. A whole request answered 413 is split in halves.
 //!
 //! Ids: by default (`id: auto`) each event's `_id` is derived from where it
 //! was read (the batch [`petrel_core::Origin`]: the file's identity and the
@@ -23,17 +23,21 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use petrel_core::config::{Map, Node};
 use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
-use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
+use petrel_core::{ComponentMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
-use super::client::{answer_text, parse_auth, parse_tls, retry_after, send_failure, Auth, Tls};
-use super::congestion::{Backoff, Window};
-use super::http::{
-    compress_shared, run_batched, BatchShape, BodyEncoding, Compression, Request, RequestSender,
+use super::client::{
+    answer_text, failed_answer, parse_auth, parse_tls, retry_after, send_failure, unanswered,
+    usually_transient, Auth, Tls,
+};
+use super::driver::{
+    self, Answer, Batch, Compression, DeadRecord, Framing, Item, RequestSink, Selection, Settings,
+    Wording,
 };
 use super::template::Template;
 
@@ -404,8 +408,6 @@ pub struct ElasticsearchSink {
     server: OnceLock<ServerInfo>,
     metrics: ComponentMetrics,
     duplicates: Counter,
-    /// Rate limit of loud log lines.
-    last_loud: parking_lot::Mutex<Option<Instant>>,
 }
 
 fn bulk_url(base: &reqwest::Url, pipeline: Option<&str>) -> reqwest::Url {
@@ -450,7 +452,6 @@ impl ElasticsearchSink {
             server: OnceLock::new(),
             duplicates: metrics.duplicates_skipped(),
             metrics,
-            last_loud: parking_lot::Mutex::new(None),
         })
     }
 
@@ -491,26 +492,7 @@ impl ElasticsearchSink {
     fn with_auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         self.config.auth.apply(rb)
     }
-
-    /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
-    fn loud(&self, status: u16, text: &str, msg: &str) {
-        let mut last = self.last_loud.lock();
-        if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
-            *last = Some(Instant::now());
-            let server = self
-                .server
-                .get()
-                .map(|s| format!("{} {}", s.distribution, s.version))
-                .unwrap_or_default();
-            tracing::error!(status, answer = %text, server = %server, sink = %self.metrics.health_key(), "elasticsearch sink: {msg}");
-        }
-    }
 }
-
-/// At most one loud log line per this period.
-const LOUD_EVERY: Duration = Duration::from_secs(10);
-/// Longest wait between attempts while the server refuses outright.
-const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Renders 16 bytes as 22 characters of unpadded url-safe base64.
 fn id_text(h: u128, out: &mut Vec<u8>) {
@@ -542,12 +524,6 @@ fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
-}
-
-impl RequestSender for ElasticsearchSink {
-    async fn send_request(self: Arc<Self>, req: Request, window: Arc<Window>, dm: DeliveryMetrics) {
-        self.send(req, &window, &dm).await
-    }
 }
 
 impl Sink for ElasticsearchSink {
@@ -628,31 +604,17 @@ impl Sink for ElasticsearchSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let shape = BatchShape {
-            encoding: BodyEncoding::Ndjson,
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-        };
-        let dm = self.metrics.delivery();
-        Box::pin(run_batched(self, rx, shape, dm))
+        let c = &self.config;
+        // Dead letters name the first node: the one an operator knows.
+        let settings = Settings::new(
+            Framing::NDJSON,
+            self.endpoints[0].base.to_string(),
+            c.dead_letter.clone(),
+        )
+        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+        let metrics = self.metrics.clone();
+        driver::run(self, rx, settings, metrics)
     }
-}
-
-/// The answer to one bulk request.
-enum Answer {
-    /// Per-item statuses and error texts, in request order.
-    Items(Vec<(u16, String)>),
-    /// The request did not get through (connection error, 408, 429,
-    /// 5xx): everything is sent again after the delay.
-    Retry(Option<Duration>, &'static str),
-    /// 401/403/404 for the whole request: the data waits.
-    Hold(u16, String),
-    /// 413: too large, split it.
-    TooLarge,
-    /// Another 4xx for the whole request.
-    Refused(u16, String),
 }
 
 #[derive(serde::Deserialize)]
@@ -693,16 +655,27 @@ impl ElasticsearchSink {
                     f.message
                 );
                 self.endpoint_failed(e);
-                return Err(Answer::Retry(None, f.error_type));
+                return Err(Answer::Retry {
+                    after: None,
+                    error_type: f.error_type,
+                    why: f.message,
+                });
             }
         };
         let status = resp.status().as_u16();
         if matches!(status, 401 | 403) {
-            return Err(Answer::Hold(status, answer_text(resp).await));
+            return Err(Answer::Hold {
+                status,
+                text: answer_text(resp).await,
+            });
         }
         if !resp.status().is_success() {
             self.endpoint_failed(e);
-            return Err(Answer::Retry(retry_after(&resp), "request_failed"));
+            return Err(Answer::Retry {
+                after: retry_after(&resp),
+                error_type: "request_failed",
+                why: format!("{} answered {status}", e.base),
+            });
         }
         let v: serde_json::Value = match resp.bytes().await {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
@@ -731,7 +704,7 @@ impl ElasticsearchSink {
         Ok(())
     }
 
-    async fn bulk(&self, body: bytes::Bytes, items: usize) -> Answer {
+    async fn bulk(&self, body: Bytes, items: usize) -> Answer {
         let e = self.pick();
         if let Err(a) = self.discover(e).await {
             return a;
@@ -741,20 +714,14 @@ impl ElasticsearchSink {
             .post(e.bulk.clone())
             .header(CONTENT_TYPE, "application/x-ndjson")
             .body(body);
-        if self.config.compression == Compression::Gzip {
-            rb = rb.header(CONTENT_ENCODING, "gzip");
+        if let Some(enc) = self.config.compression.content_encoding() {
+            rb = rb.header(CONTENT_ENCODING, enc);
         }
         let resp = match self.with_auth(rb).send().await {
             Ok(r) => r,
             Err(err) => {
-                let f = send_failure(&err, e.bulk.as_str(), self.config.timeout);
-                tracing::warn!(
-                    error_type = f.error_type,
-                    "elasticsearch sink: bulk request failed: {}",
-                    f.message
-                );
                 self.endpoint_failed(e);
-                return Answer::Retry(None, f.error_type);
+                return unanswered(&err, e.bulk.as_str(), self.config.timeout);
             }
         };
         let status = resp.status().as_u16();
@@ -762,262 +729,122 @@ impl ElasticsearchSink {
             let text = match resp.bytes().await {
                 Ok(t) => t,
                 Err(err) => {
-                    tracing::warn!(error = %err, "elasticsearch sink: bulk answer cut short");
                     self.endpoint_failed(e);
-                    return Answer::Retry(None, "request_failed");
+                    return Answer::Retry {
+                        after: None,
+                        error_type: "request_failed",
+                        why: format!("bulk answer cut short: {err}"),
+                    };
                 }
             };
             self.endpoint_ok(e);
             // `errors: false` means every item succeeded: the per-item
             // statuses (10,000 objects) need no reading.
             if text.starts_with(b"{\"errors\":false") {
-                return Answer::Items(vec![(200, String::new()); items]);
+                return Answer::Delivered;
             }
             return match serde_json::from_slice::<BulkAnswer>(&text) {
-                Ok(a) if a.items.len() == items => Answer::Items(
-                    a.items
-                        .into_iter()
-                        .map(|m| {
-                            let item = m.into_values().next();
-                            let status = item.as_ref().map_or(500, |i| i.status);
-                            let error = item
-                                .and_then(|i| i.error)
-                                .map(|e| format!("{}: {}", e.kind, e.reason))
-                                .unwrap_or_default();
-                            (status, error)
-                        })
-                        .collect(),
-                ),
-                Ok(a) => {
-                    tracing::error!(
-                        sent = items,
-                        answered = a.items.len(),
-                        "elasticsearch sink: the bulk answer does not match the request; sending it again"
-                    );
-                    Answer::Retry(None, "request_failed")
+                Ok(a) if a.items.len() == items => {
+                    Answer::Items(a.items.into_iter().map(|m| self.item(m)).collect())
                 }
-                Err(err) => {
-                    tracing::error!(error = %err, "elasticsearch sink: unreadable bulk answer; sending it again");
-                    Answer::Retry(None, "request_failed")
-                }
+                Ok(a) => Answer::Retry {
+                    after: None,
+                    error_type: "request_failed",
+                    why: format!(
+                        "the bulk answer does not match the request ({items} sent, {} answered)",
+                        a.items.len()
+                    ),
+                },
+                Err(err) => Answer::Retry {
+                    after: None,
+                    error_type: "request_failed",
+                    why: format!("unreadable bulk answer: {err}"),
+                },
             };
         }
-        if matches!(status, 408 | 429) || resp.status().is_server_error() {
-            let after = retry_after(&resp);
-            tracing::warn!(status, url = %e.base, "elasticsearch sink: retryable answer to a bulk request");
-            if status != 429 {
-                self.endpoint_failed(e);
-            }
-            return Answer::Retry(after, "request_failed");
+        if usually_transient(status) && status != 429 {
+            // The node itself is in trouble: try the others first.
+            self.endpoint_failed(e);
         }
         if status == 413 {
             self.metrics.error("request_too_large", 1);
-            return Answer::TooLarge;
+            return Answer::Refused {
+                status,
+                text:
+                    "413: one document is larger than the server accepts (http.max_content_length)"
+                        .to_string(),
+                split: true,
+            };
         }
-        let text = answer_text(resp).await;
-        match status {
-            401 | 403 | 404 => Answer::Hold(status, text),
-            _ => Answer::Refused(status, text),
-        }
+        failed_answer(resp, usually_transient).await
     }
 
-    /// The body of records `which` of `req`.
-    /// The bulk body of records `which` of `req`: the request's body
-    /// itself (shared, not copied) when that is all of them.
-    fn body_of(req: &Request, whole: &bytes::Bytes, which: &[usize]) -> bytes::Bytes {
-        if which.len() == req.records.len() && which.iter().enumerate().all(|(n, &i)| n == i) {
-            return whole.clone();
+    /// What the answer to one item of a bulk request means.
+    fn item(&self, m: std::collections::HashMap<String, BulkItem>) -> Item {
+        let Some(item) = m.into_values().next() else {
+            return Item::Retry;
+        };
+        let text = || {
+            item.error
+                .as_ref()
+                .map(|e| format!("{}: {}", e.kind, e.reason))
+                .unwrap_or_default()
+        };
+        match item.status {
+            200..=299 => Item::Delivered,
+            // Only `create` answers 409, and only for an id that exists:
+            // ours, sent before.
+            409 if self.config.mode != Mode::Index => Item::Duplicate,
+            s if usually_transient(s) => Item::Retry,
+            status @ (401 | 403 | 404) => Item::Hold(status, text()),
+            status => Item::Refused(status, text()),
         }
-        let mut body = Vec::with_capacity(which.iter().map(|&i| req.records[i].len() + 1).sum());
-        for &i in which {
-            body.extend_from_slice(&whole[req.records[i].clone()]);
-            body.push(b'\n');
-        }
-        body.into()
+    }
+}
+
+impl RequestSink for ElasticsearchSink {
+    type Plan<'b> = ();
+
+    const WORDING: Wording = Wording {
+        sink: "elasticsearch sink",
+        peer: "the cluster",
+        items: ("document", "documents"),
+        hold_fix: "the credentials, the permissions, the index or the URL",
+    };
+
+    fn build_request(&self, batch: &Batch, _: &(), items: Selection<'_>) -> anyhow::Result<Bytes> {
+        // The request's body is the bulk body of all its records.
+        Ok(self
+            .config
+            .compression
+            .apply(batch.framed(items, Framing::NDJSON))?)
     }
 
-    /// Sets record `i` of `req` aside in the dead-letter file; false when
-    /// there is none or it cannot be written (the record is retried).
-    fn set_aside(&self, req: &Request, whole: &[u8], i: usize, status: u16, reason: &str) -> bool {
-        let record = &whole[req.records[i].clone()];
+    async fn send(&self, body: Bytes, items: usize) -> Answer {
+        self.bulk(body, items).await
+    }
+
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
         // The record is the action line and the document: the document
         // goes to the file, the action's index in the answer text.
         let (action, doc) = match memchr::memchr(b'\n', record) {
             Some(nl) => (&record[..nl], &record[nl + 1..]),
             None => (&record[..0], record),
         };
-        let Some(path) = &self.config.dead_letter else {
-            self.metrics.error("rejected", 1);
-            self.metrics
-                .failing(format!("the server refuses documents ({status})"));
-            self.loud(status, reason, &format!(
-                "the server refuses a document with {status}; it is retried: configure `dead_letter` to set such documents aside"
-            ));
-            return false;
-        };
-        let answer = format!("{reason} (action {})", String::from_utf8_lossy(action));
-        let url = self.endpoints[0].base.as_str();
-        let refusal = super::dead_letter::Refusal {
-            status,
-            answer: &answer,
-            sink: self.metrics.health_key(),
-            url,
-        };
-        match super::dead_letter::write(path, [doc], refusal) {
-            Ok(()) => {
-                self.metrics.discarded("dead_letter", 1);
-                true
-            }
-            Err(e) => {
-                self.metrics.error("dead_letter_failed", 1);
-                self.metrics.failing(format!(
-                    "cannot write the dead letter file {}: {e}",
-                    path.display()
-                ));
-                self.loud(
-                    status,
-                    reason,
-                    &format!(
-                        "cannot write the dead letter file {}: {e}; the document is retried",
-                        path.display()
-                    ),
-                );
-                false
-            }
+        DeadRecord {
+            record: doc.into(),
+            answer: format!("{answer} (action {})", String::from_utf8_lossy(action)).into(),
         }
     }
 
-    async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
-        let started = Instant::now();
-        // Groups of records still to deliver; a request answered 413 is
-        // split in halves.
-        // The body as the builder wrote it is the bulk body of all records:
-        // shared by the first attempt and by retries, never copied.
-        let whole = bytes::Bytes::from(std::mem::take(&mut req.body));
-        let mut todo: Vec<Vec<usize>> = vec![(0..req.records.len()).collect()];
-        let mut backoff = Backoff::default();
-        let mut refused_backoff = Duration::from_millis(500);
-        let mut dead_lettered = 0u64;
-        while let Some(mut pending) = todo.pop() {
-            while !pending.is_empty() {
-                let raw = Self::body_of(&req, &whole, &pending);
-                let body = match compress_shared(self.config.compression, raw) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        // Dropping the request reports the failure.
-                        tracing::error!(error = %e, "elasticsearch sink: compression failed; the batch will be read again");
-                        return;
-                    }
-                };
-                let sent_bytes = body.len() as u64;
-                match self.bulk(body, pending.len()).await {
-                    Answer::Items(items) => {
-                        let mut retry = Vec::new();
-                        let mut held = false;
-                        let (mut ok, mut dups) = (0u64, 0u64);
-                        for (&i, (status, reason)) in pending.iter().zip(items) {
-                            match status {
-                                200..=299 => ok += 1,
-                                // Only `create` answers 409, and only for
-                                // an id that exists: ours, sent before.
-                                409 if self.config.mode != Mode::Index => dups += 1,
-                                408 | 429 | 500..=599 => retry.push(i),
-                                401 | 403 | 404 => {
-                                    held = true;
-                                    self.loud(status, &reason, &format!(
-                                        "the server answers {status} for documents; they wait and are retried: fix the credentials, permissions or index"
-                                    ));
-                                    retry.push(i);
-                                }
-                                _ => {
-                                    if self.set_aside(&req, &whole, i, status, &reason) {
-                                        dead_lettered += 1;
-                                    } else {
-                                        held = true;
-                                        retry.push(i);
-                                    }
-                                }
-                            }
-                        }
-                        self.metrics.sent_events.inc_by(ok);
-                        self.duplicates.inc_by(dups);
-                        if ok + dups > 0 {
-                            self.metrics.sent_bytes.inc_by(sent_bytes);
-                        }
-                        if retry.is_empty() {
-                            window.on_success();
-                            self.metrics.recovered();
-                            break;
-                        }
-                        dm.retried_events.inc_by(retry.len() as u64);
-                        window.on_failure();
-                        let delay = if held {
-                            let d = refused_backoff;
-                            refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                            d
-                        } else {
-                            self.metrics.error("item_retried", retry.len() as u64);
-                            backoff.next_delay()
-                        };
-                        tokio::time::sleep(delay).await;
-                        pending = retry;
-                    }
-                    Answer::Retry(after, error_type) => {
-                        self.metrics.error(error_type, 1);
-                        self.metrics.failing("bulk requests fail".to_string());
-                        dm.retried_events.inc_by(pending.len() as u64);
-                        window.on_failure();
-                        tokio::time::sleep(after.unwrap_or_else(|| backoff.next_delay())).await;
-                    }
-                    Answer::Hold(status, text) => {
-                        let reason = match status {
-                            401 => "unauthorized",
-                            403 => "forbidden",
-                            _ => "not_found",
-                        };
-                        self.metrics.error(reason, 1);
-                        self.metrics
-                            .failing(format!("{status} ({reason}) from the server"));
-                        dm.retried_events.inc_by(pending.len() as u64);
-                        self.loud(status, &text, &format!(
-                            "the server answers {status} ({reason}); the data waits and is retried: fix the credentials or the URL"
-                        ));
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                    }
-                    Answer::TooLarge | Answer::Refused(..) if pending.len() > 1 => {
-                        let back = pending.split_off(pending.len() / 2);
-                        todo.push(back);
-                        todo.push(std::mem::take(&mut pending));
-                    }
-                    Answer::TooLarge => {
-                        let text = "413: one document is larger than the server accepts (http.max_content_length)";
-                        if self.set_aside(&req, &whole, pending[0], 413, text) {
-                            dead_lettered += 1;
-                            break;
-                        }
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                    }
-                    Answer::Refused(status, text) => {
-                        if self.set_aside(&req, &whole, pending[0], status, &text) {
-                            dead_lettered += 1;
-                            break;
-                        }
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                    }
-                }
-            }
-        }
-        if dead_lettered > 0 {
-            tracing::warn!(
-                documents = dead_lettered,
-                "elasticsearch sink: documents refused by the server were written to the dead letter file"
-            );
-        }
-        dm.latency.observe(started.elapsed().as_secs_f64());
-        req.acks.delivered = true;
+    fn duplicates(&self) -> Option<&Counter> {
+        Some(&self.duplicates)
+    }
+
+    fn server(&self) -> Option<String> {
+        self.server
+            .get()
+            .map(|s| format!("{} {}", s.distribution, s.version))
     }
 }
 

@@ -5,12 +5,13 @@
 //! from the `labels` templates, applies the cardinality guard, and writes
 //! one record: the label set, the entry time and the entry already in the
 //! wire encoding (the protobuf `EntryAdapter` fields after the timestamp,
-//! or the JSON `values` item after it). Delivery gathers records into
-//! requests like the `http` sink (same batching, congestion window and
-//! acknowledgements), groups them by stream, sorts each stream's entries by
-//! time, handles entries older than what was already sent for their stream
-//! (`out_of_order`), and writes the push request: protobuf compressed with
-//! snappy (the default) or JSON.
+//! or the JSON `values` item after it). Delivery runs through the driver
+//! ([`super::driver`]: batching, congestion window, retries and
+//! acknowledgements); the sink's plan of a request groups its records by
+//! stream, sorts each stream's entries by time and handles entries older
+//! than what was already sent for their stream (`out_of_order`), and its
+//! body is the push request: protobuf compressed with snappy (the default)
+//! or JSON.
 //!
 //! Answers: 2xx delivered; connection errors, 408, 429 and 5xx retried with
 //! backoff and `Retry-After`; 401/403/404 hold the data loudly until an
@@ -30,21 +31,22 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use petrel_core::config::Map;
 use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::LazyCounter;
-use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
+use petrel_core::{ComponentMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE};
 
 use super::client::{
-    answer_text, env_str, parse_auth, parse_tls, retry_after, send_failure, Auth, Tls,
+    env_str, failed_answer, parse_auth, parse_tls, unanswered, usually_transient, Auth, Tls,
 };
-use super::congestion::{Backoff, Window};
-use super::http::{
-    compress, run_batched, BatchShape, BodyEncoding, Compression, Request, RequestSender,
+use super::driver::{
+    self, Answer, Batch, Compression, DeadRecord, Framing, RequestSink, Selection, Settings,
+    Wording,
 };
 use super::template::Template;
 
@@ -695,21 +697,110 @@ impl Sink for LokiSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let shape = BatchShape {
-            encoding: BodyEncoding::Ndjson,
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-        };
-        let dm = self.metrics.delivery();
-        Box::pin(run_batched(self, rx, shape, dm))
+        let c = &self.config;
+        let settings = Settings::new(Framing::NDJSON, c.url.to_string(), c.dead_letter.clone())
+            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+        let metrics = self.metrics.clone();
+        driver::run(self, rx, settings, metrics)
     }
 }
 
-impl RequestSender for LokiSink {
-    async fn send_request(self: Arc<Self>, req: Request, window: Arc<Window>, dm: DeliveryMetrics) {
-        self.send(req, &window, &dm).await
+impl RequestSink for LokiSink {
+    /// The label sets of the request and its entries in push order.
+    type Plan<'b> = (Vec<&'b [u8]>, Vec<Entry>);
+
+    const WORDING: Wording = Wording {
+        sink: "loki sink",
+        peer: "Loki",
+        items: ("entry", "entries"),
+        hold_fix: "the credentials, the tenant or the URL",
+    };
+
+    fn plan<'b>(&self, batch: &'b Batch) -> (Self::Plan<'b>, usize) {
+        let (sets, entries) = self.prepare(Records::of(batch));
+        let n = entries.len();
+        ((sets, entries), n)
+    }
+
+    fn build_request(
+        &self,
+        batch: &Batch,
+        (sets, entries): &Self::Plan<'_>,
+        items: Selection<'_>,
+    ) -> anyhow::Result<Bytes> {
+        let recs = Records::of(batch);
+        let raw = if items.is_all() {
+            self.body(recs, sets, entries)
+        } else {
+            // A subset in push order is still grouped and sorted.
+            let some: Vec<Entry> = items.iter().map(|i| entries[i]).collect();
+            self.body(recs, sets, &some)
+        };
+        Ok(match self.config.encoding {
+            WireEncoding::Protobuf => snap::raw::Encoder::new().compress_vec(&raw)?.into(),
+            WireEncoding::Json => self.config.compression.apply(raw.into())?,
+        })
+    }
+
+    async fn send(&self, body: Bytes, _items: usize) -> Answer {
+        let (content_type, encoding) = match self.config.encoding {
+            WireEncoding::Protobuf => ("application/x-protobuf", None),
+            WireEncoding::Json => (
+                "application/json",
+                self.config.compression.content_encoding(),
+            ),
+        };
+        let mut rb = self
+            .client
+            .post(self.config.url.clone())
+            .header(CONTENT_TYPE, content_type)
+            .body(body);
+        if let Some(e) = encoding {
+            rb = rb.header(CONTENT_ENCODING, e);
+        }
+        if let Some(t) = &self.config.tenant_id {
+            rb = rb.header("X-Scope-OrgID", t);
+        }
+        for (k, v) in &self.config.headers {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
+        rb = self.config.auth.apply(rb);
+        match rb.send().await {
+            Err(e) => unanswered(&e, self.config.url.as_str(), self.config.timeout),
+            Ok(r) if r.status().is_success() => Answer::Delivered,
+            // Too large: halved until an entry alone is too large.
+            Ok(r) if r.status().as_u16() == 413 => Answer::Refused {
+                status: 413,
+                text: "request too large".to_string(),
+                split: true,
+            },
+            // Loki refuses a push for what holds for all its entries
+            // (labels, age, line length): set aside together.
+            Ok(r) => match failed_answer(r, usually_transient).await {
+                Answer::Refused { status, text, .. } => Answer::Refused {
+                    status,
+                    text,
+                    split: false,
+                },
+                other => other,
+            },
+        }
+    }
+
+    fn item_record<'a>(
+        &self,
+        batch: &'a Batch,
+        (_, entries): &Self::Plan<'_>,
+        item: usize,
+    ) -> &'a [u8] {
+        batch.record(entries[item].record as usize)
+    }
+
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
+        DeadRecord {
+            record: self.dead_record(record).into(),
+            answer: answer.into(),
+        }
     }
 }
 
@@ -720,22 +811,23 @@ struct Records<'a> {
     ranges: &'a [std::ops::Range<usize>],
 }
 
+impl<'a> Records<'a> {
+    fn of(batch: &'a Batch) -> Self {
+        Self {
+            body: &batch.body,
+            ranges: &batch.records,
+        }
+    }
+}
+
 /// One entry of a request, in the order the push body lists them: by
-/// stream (first appearance), then by time.
+/// stream (first appearance), then by time. Public only as part of the
+/// sink's plan of a request ([`RequestSink::Plan`]).
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+pub struct Entry {
     stream: u32,
     ts: i64,
     record: u32,
-}
-
-/// What to do after an answer.
-enum Answer {
-    Delivered,
-    Retry(Option<Duration>, &'static str),
-    Hold(u16, &'static str, String),
-    TooLarge,
-    Refused(u16, String),
 }
 
 impl LokiSink {
@@ -906,75 +998,6 @@ impl LokiSink {
         out
     }
 
-    async fn post(&self, raw: &[u8]) -> Answer {
-        let (body, content_type, encoding) = match self.config.encoding {
-            WireEncoding::Protobuf => match snap::raw::Encoder::new().compress_vec(raw) {
-                Ok(b) => (b, "application/x-protobuf", None),
-                Err(e) => {
-                    tracing::error!(error = %e, "loki sink: snappy compression failed");
-                    return Answer::Retry(None, "request_failed");
-                }
-            },
-            WireEncoding::Json => match compress(self.config.compression, raw) {
-                Ok(b) => (
-                    b,
-                    "application/json",
-                    (self.config.compression == Compression::Gzip).then_some("gzip"),
-                ),
-                Err(e) => {
-                    tracing::error!(error = %e, "loki sink: compression failed");
-                    return Answer::Retry(None, "request_failed");
-                }
-            },
-        };
-        let sent = body.len();
-        let mut rb = self
-            .client
-            .post(self.config.url.clone())
-            .header(CONTENT_TYPE, content_type)
-            .body(body);
-        if let Some(e) = encoding {
-            rb = rb.header(CONTENT_ENCODING, e);
-        }
-        if let Some(t) = &self.config.tenant_id {
-            rb = rb.header("X-Scope-OrgID", t);
-        }
-        for (k, v) in &self.config.headers {
-            rb = rb.header(k.as_str(), v.as_str());
-        }
-        rb = self.config.auth.apply(rb);
-        let resp = match rb.send().await {
-            Ok(r) => r,
-            Err(e) => {
-                let f = send_failure(&e, self.config.url.as_str(), self.config.timeout);
-                tracing::warn!(
-                    error_type = f.error_type,
-                    "loki sink: request failed: {}",
-                    f.message
-                );
-                return Answer::Retry(None, f.error_type);
-            }
-        };
-        let status = resp.status().as_u16();
-        if resp.status().is_success() {
-            self.metrics.sent_bytes.inc_by(sent as u64);
-            return Answer::Delivered;
-        }
-        if matches!(status, 408 | 429) || resp.status().is_server_error() {
-            let after = retry_after(&resp);
-            tracing::warn!(status, url = %self.config.url, "loki sink: retryable answer");
-            return Answer::Retry(after, "request_failed");
-        }
-        let text = answer_text(resp).await;
-        match status {
-            401 => Answer::Hold(status, "unauthorized", text),
-            403 => Answer::Hold(status, "forbidden", text),
-            404 => Answer::Hold(status, "not_found", text),
-            413 => Answer::TooLarge,
-            _ => Answer::Refused(status, text),
-        }
-    }
-
     /// The JSON rendering of one record for the dead-letter file.
     fn dead_record(&self, rec: &[u8]) -> Vec<u8> {
         let Some((labels, ts, payload)) = split_record(rec) else {
@@ -1026,136 +1049,6 @@ impl LokiSink {
             j["structured_metadata"] = meta;
         }
         j.to_string().into_bytes()
-    }
-
-    async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
-        let started = Instant::now();
-        let recs = Records {
-            body: &req.body,
-            ranges: &req.records,
-        };
-        let (sets, entries) = self.prepare(recs);
-        let mut todo: Vec<std::ops::Range<usize>> = Vec::new();
-        todo.push(0..entries.len());
-        let mut backoff = Backoff::default();
-        let mut refused_backoff = Duration::from_millis(500);
-        while let Some(range) = todo.pop() {
-            if range.is_empty() {
-                continue;
-            }
-            let raw = self.body(recs, &sets, &entries[range.clone()]);
-            loop {
-                match self.post(&raw).await {
-                    Answer::Delivered => {
-                        window.on_success();
-                        self.metrics.recovered();
-                        self.metrics.sent_events.inc_by(range.len() as u64);
-                        break;
-                    }
-                    Answer::Retry(after, error_type) => {
-                        self.metrics.error(error_type, 1);
-                        self.metrics
-                            .failing(format!("pushes to {} fail", self.config.url));
-                        dm.retried_events.inc_by(range.len() as u64);
-                        window.on_failure();
-                        tokio::time::sleep(after.unwrap_or_else(|| backoff.next_delay())).await;
-                    }
-                    Answer::Hold(status, reason, text) => {
-                        self.metrics.error(reason, 1);
-                        self.metrics
-                            .failing(format!("{status} ({reason}) from {}", self.config.url));
-                        dm.retried_events.inc_by(range.len() as u64);
-                        self.loud(status, &text, &format!(
-                            "Loki answers {status} ({reason}); the data waits and is retried: fix the credentials, the tenant or the URL"
-                        ));
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(Duration::from_secs(30));
-                    }
-                    Answer::TooLarge if range.len() > 1 => {
-                        let mid = range.start + range.len() / 2;
-                        todo.push(mid..range.end);
-                        todo.push(range.start..mid);
-                        break;
-                    }
-                    Answer::TooLarge => {
-                        if self
-                            .set_aside(recs, &entries[range.clone()], 413, "request too large")
-                            .await
-                        {
-                            break;
-                        }
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(Duration::from_secs(30));
-                    }
-                    Answer::Refused(status, text) => {
-                        if self
-                            .set_aside(recs, &entries[range.clone()], status, &text)
-                            .await
-                        {
-                            break;
-                        }
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(Duration::from_secs(30));
-                    }
-                }
-            }
-        }
-        dm.latency.observe(started.elapsed().as_secs_f64());
-        req.acks.delivered = true;
-    }
-
-    /// Writes refused entries to the dead-letter file; false (retry them)
-    /// without one or when it cannot be written.
-    async fn set_aside(
-        &self,
-        recs: Records<'_>,
-        entries: &[Entry],
-        status: u16,
-        text: &str,
-    ) -> bool {
-        let Some(path) = &self.config.dead_letter else {
-            self.metrics.error("rejected", 1);
-            self.metrics
-                .failing(format!("{status} from {} for a push", self.config.url));
-            self.loud(status, text, &format!(
-                "Loki refuses a push of {} entries with {status}; they are retried: configure `dead_letter` to set such entries aside",
-                entries.len()
-            ));
-            return false;
-        };
-        // All entries of the push in one write: a failure leaves none of
-        // them in the file, so the retry writes each exactly once.
-        let records: Vec<Vec<u8>> = entries
-            .iter()
-            .map(|e| self.dead_record(&recs.body[recs.ranges[e.record as usize].clone()]))
-            .collect();
-        let refusal = super::dead_letter::Refusal {
-            status,
-            answer: text,
-            sink: self.metrics.health_key(),
-            url: self.config.url.as_str(),
-        };
-        if let Err(err) =
-            super::dead_letter::write(path, records.iter().map(|r| r.as_slice()), refusal)
-        {
-            self.metrics.error("dead_letter_failed", 1);
-            self.metrics.failing(format!(
-                "cannot write the dead letter file {}: {err}",
-                path.display()
-            ));
-            self.loud(
-                status,
-                text,
-                &format!(
-                    "cannot write the dead letter file {}: {err}; the entries are retried",
-                    path.display()
-                ),
-            );
-            return false;
-        }
-        tracing::warn!(status, answer = %text, entries = entries.len(), path = %path.display(), "loki sink: entries refused by the server were written to the dead letter file");
-        self.metrics.discarded("dead_letter", entries.len() as u64);
-        true
     }
 }
 

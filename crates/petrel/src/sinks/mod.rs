@@ -8,6 +8,7 @@ pub mod blackhole;
 pub mod client;
 pub mod congestion;
 pub mod dead_letter;
+pub mod driver;
 #[cfg(feature = "elasticsearch")]
 pub mod elasticsearch;
 pub mod file;

@@ -17,7 +17,8 @@
 //! (resource and schema url only), varint len, ScopeLogs (scope and schema
 //! url only), LogRecord, b'\n'`: at send time the records of a request are
 //! grouped by resource and scope and their bytes concatenated into an
-//! `ExportLogsServiceRequest` without decoding them.
+//! `ExportLogsServiceRequest` without decoding them. Requests are batched,
+//! sent, retried and acknowledged by the driver ([`super::driver`]).
 //!
 //! Answers: success delivered (`partial_success.rejected_log_records`
 //! counted as discarded, reason `rejected`, and logged); HTTP 429, 502,
@@ -29,10 +30,10 @@
 //! until the refused records are alone, and those go to `dead_letter`.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -43,16 +44,17 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use petrel_core::config::Map;
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
-use petrel_core::{ComponentMetrics, DeliveryMetrics, Event, EventBatch, Value};
+use petrel_core::{ComponentMetrics, Event, EventBatch, Value};
 use prost::encoding::{decode_varint, encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 
-use super::congestion::{Backoff, Window};
-use super::http::{
-    compress, parse_headers, run_batched, BatchShape, BodyEncoding, Compression, Request,
-    RequestSender,
+use super::client::{failed_answer, unanswered};
+use super::driver::{
+    self, Answer, Batch, Compression, DeadRecord, Framing, RequestSink, Selection, Settings,
+    Wording,
 };
+use super::http::parse_headers;
 use super::tls::{parse_tls, Tls};
 
 /// Keys accepted by the opentelemetry sink.
@@ -823,19 +825,6 @@ fn rejected_in(body: &[u8], json: bool) -> (i64, String) {
     }
 }
 
-/// What to do after an answer.
-enum Outcome {
-    /// Accepted; the number of records the server rejected anyway.
-    Delivered(i64, String),
-    /// Retry after a backoff or the wait asked for; the `error_type` and
-    /// what happened.
-    Retry(Option<Duration>, &'static str, String),
-    /// 401, 403, 404 and their gRPC peers: the data waits.
-    Auth(u16, &'static str, String),
-    /// The server refuses some record of the request.
-    Refused(u16, String),
-}
-
 /// `google.rpc.Status` with its `RetryInfo` detail: how a gRPC server says
 /// when to try again (the gRPC peer of `Retry-After`).
 pub(crate) mod rpc {
@@ -969,11 +958,6 @@ impl tonic::codec::Codec for RawCodec {
     }
 }
 
-/// Longest wait between attempts while the server refuses outright.
-const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(30);
-/// At most one loud log line per this period.
-const LOUD_EVERY: Duration = Duration::from_secs(10);
-
 /// The running opentelemetry sink.
 pub struct OtlpSink {
     config: OtlpSinkConfig,
@@ -988,8 +972,6 @@ pub struct OtlpSink {
         tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
     )>,
     metrics: ComponentMetrics,
-    last_loud: parking_lot::Mutex<Option<Instant>>,
-    last_rejected_log: parking_lot::Mutex<Option<Instant>>,
 }
 
 fn now_ns() -> u64 {
@@ -1060,23 +1042,16 @@ impl OtlpSink {
             channel: std::sync::OnceLock::new(),
             metadata,
             metrics,
-            last_loud: parking_lot::Mutex::new(None),
-            last_rejected_log: parking_lot::Mutex::new(None),
         })
     }
 
-    /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
-    fn loud(&self, status: u16, text: &str, msg: &str) {
-        let mut last = self.last_loud.lock();
-        if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
-            *last = Some(Instant::now());
-            tracing::error!(status, answer = %text, endpoint = %self.config.endpoint, "opentelemetry sink: {msg}");
-        }
-    }
-
-    async fn post(&self, body: bytes::Bytes) -> Outcome {
+    async fn post(&self, body: Bytes) -> Answer {
         let Some(client) = &self.http else {
-            return Outcome::Retry(None, "request_failed", "no client".into());
+            return Answer::Retry {
+                after: None,
+                error_type: "request_failed",
+                why: "no client".into(),
+            };
         };
         let json = self.config.encoding == OtlpEncoding::Json;
         let mut rb = client
@@ -1093,44 +1068,15 @@ impl OtlpSink {
         if self.config.compression == Compression::Gzip {
             rb = rb.header(CONTENT_ENCODING, "gzip");
         }
-        let resp = match rb.send().await {
-            Ok(r) => r,
-            Err(e) => {
-                let f = super::client::send_failure(
-                    &e,
-                    self.config.endpoint.as_str(),
-                    self.config.timeout,
-                );
-                return Outcome::Retry(None, f.error_type, f.message);
+        match rb.send().await {
+            Err(e) => unanswered(&e, self.config.endpoint.as_str(), self.config.timeout),
+            Ok(r) if r.status().is_success() => {
+                let body = r.bytes().await.unwrap_or_default();
+                let (rejected, message) = rejected_in(&body, json);
+                partial(rejected, message)
             }
-        };
-        let status = resp.status().as_u16();
-        if resp.status().is_success() {
-            let body = resp.bytes().await.unwrap_or_default();
-            let (n, msg) = rejected_in(&body, json);
-            return Outcome::Delivered(n, msg);
-        }
-        if matches!(status, 429 | 502 | 503 | 504) {
-            let after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .map(|s| Duration::from_secs(s.min(300)));
-            return Outcome::Retry(after, "request_failed", format!("answered {status}"));
-        }
-        let text: String = resp
-            .text()
-            .await
-            .unwrap_or_default()
-            .chars()
-            .take(1024)
-            .collect();
-        match status {
-            401 => Outcome::Auth(status, "unauthorized", text),
-            403 => Outcome::Auth(status, "forbidden", text),
-            404 => Outcome::Auth(status, "not_found", text),
-            _ => Outcome::Refused(status, text),
+            // The OTLP specification's retryable statuses.
+            Ok(r) => failed_answer(r, |s| matches!(s, 429 | 502..=504)).await,
         }
     }
 
@@ -1154,10 +1100,14 @@ impl OtlpSink {
         ("request_failed", text)
     }
 
-    async fn export(&self, body: bytes::Bytes) -> Outcome {
+    async fn export(&self, body: Bytes) -> Answer {
         use tonic::Code;
         let Some(ep) = &self.grpc else {
-            return Outcome::Retry(None, "request_failed", "no client".into());
+            return Answer::Retry {
+                after: None,
+                error_type: "request_failed",
+                why: "no client".into(),
+            };
         };
         let mut g = self
             .channel
@@ -1178,7 +1128,11 @@ impl OtlpSink {
                 self.config.endpoint.as_str(),
                 self.config.timeout,
             );
-            return Outcome::Retry(None, f.error_type, f.message);
+            return Answer::Retry {
+                after: None,
+                error_type: f.error_type,
+                why: f.message,
+            };
         }
         let mut req = tonic::Request::new(body);
         for (k, v) in &self.metadata {
@@ -1189,15 +1143,17 @@ impl OtlpSink {
         );
         match g.unary(req, path, RawCodec).await {
             Ok(r) => {
-                let r = r.into_inner();
-                let (n, msg) = r
+                let (rejected, message) = r
+                    .into_inner()
                     .partial_success
                     .map(|p| (p.rejected_log_records, p.error_message))
                     .unwrap_or_default();
-                Outcome::Delivered(n, msg)
+                partial(rejected, message)
             }
             Err(s) => {
                 let text = format!("{:?}: {}", s.code(), s.message());
+                // The HTTP peers of the statuses, for the log and the
+                // dead letter.
                 match s.code() {
                     Code::Unavailable
                     | Code::ResourceExhausted
@@ -1207,157 +1163,77 @@ impl OtlpSink {
                     | Code::OutOfRange
                     | Code::DataLoss => {
                         let (error_type, why) = self.grpc_failure(&s, text);
-                        Outcome::Retry(rpc::retry_delay(s.details()), error_type, why)
+                        Answer::Retry {
+                            after: rpc::retry_delay(s.details()),
+                            error_type,
+                            why,
+                        }
                     }
-                    Code::Unauthenticated => Outcome::Auth(401, "unauthorized", text),
-                    Code::PermissionDenied => Outcome::Auth(403, "forbidden", text),
-                    Code::Unimplemented => Outcome::Auth(404, "not_found", text),
-                    // The HTTP peer of the status, for the dead letter.
-                    Code::InvalidArgument | Code::FailedPrecondition => Outcome::Refused(400, text),
-                    _ => Outcome::Refused(500, text),
+                    Code::Unauthenticated => Answer::Hold { status: 401, text },
+                    Code::PermissionDenied => Answer::Hold { status: 403, text },
+                    Code::Unimplemented => Answer::Hold { status: 404, text },
+                    Code::InvalidArgument | Code::FailedPrecondition => Answer::Refused {
+                        status: 400,
+                        text,
+                        split: true,
+                    },
+                    _ => Answer::Refused {
+                        status: 500,
+                        text,
+                        split: true,
+                    },
                 }
             }
         }
-    }
-
-    fn body_of(&self, req: &Request, range: Range<usize>) -> anyhow::Result<Vec<u8>> {
-        let pb = assemble(req.records[range].iter().map(|r| &req.body[r.clone()]));
-        match (self.config.protocol, self.config.encoding) {
-            (Protocol::Http, OtlpEncoding::Json) => to_json(&pb),
-            _ => Ok(pb),
-        }
-    }
-
-    async fn send(&self, mut req: Request, window: &Window, dm: &DeliveryMetrics) {
-        let started = Instant::now();
-        let mut todo: Vec<Range<usize>> = Vec::new();
-        todo.push(0..req.records.len());
-        let mut backoff = Backoff::default();
-        let mut refused_backoff = Duration::from_millis(500);
-        let url = self.config.endpoint.to_string();
-        while let Some(range) = todo.pop() {
-            let raw = match self.body_of(&req, range.clone()) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(error = %e, "opentelemetry sink: cannot encode a request; the batch will be read again");
-                    return;
-                }
-            };
-            // gRPC compresses in its own framing. Shared, not copied,
-            // by each attempt.
-            let body: bytes::Bytes = if self.config.protocol == Protocol::Http
-                && self.config.compression != Compression::None
-            {
-                match compress(self.config.compression, &raw) {
-                    Ok(b) => b.into(),
-                    Err(e) => {
-                        tracing::error!(error = %e, "opentelemetry sink: compression failed; the batch will be read again");
-                        return;
-                    }
-                }
-            } else {
-                raw.into()
-            };
-            loop {
-                let outcome = match self.config.protocol {
-                    Protocol::Http => self.post(body.clone()).await,
-                    Protocol::Grpc => self.export(body.clone()).await,
-                };
-                match outcome {
-                    Outcome::Delivered(rejected, msg) => {
-                        window.on_success();
-                        self.metrics.recovered();
-                        let rejected = rejected.clamp(0, range.len() as i64) as u64;
-                        if rejected > 0 {
-                            self.metrics.discarded("rejected", rejected);
-                            let mut last = self.last_rejected_log.lock();
-                            if last.is_none_or(|t| t.elapsed() >= LOUD_EVERY) {
-                                *last = Some(Instant::now());
-                                tracing::warn!(rejected, message = %msg, endpoint = %url, "opentelemetry sink: the server accepted the request but rejected some records (partial success); they are not sent again");
-                            }
-                        }
-                        self.metrics
-                            .sent_events
-                            .inc_by(range.len() as u64 - rejected);
-                        self.metrics.sent_bytes.inc_by(body.len() as u64);
-                        break;
-                    }
-                    Outcome::Retry(after, error_type, why) => {
-                        tracing::warn!(error_type, endpoint = %url, "opentelemetry sink: retryable failure: {why}");
-                        self.metrics.error(error_type, 1);
-                        self.metrics.failing(format!("deliveries to {url} fail"));
-                        dm.retried_events.inc_by(range.len() as u64);
-                        window.on_failure();
-                        tokio::time::sleep(after.unwrap_or_else(|| backoff.next_delay())).await;
-                    }
-                    Outcome::Auth(status, reason, text) => {
-                        self.metrics.error(reason, 1);
-                        self.metrics
-                            .failing(format!("{status} ({reason}) from {url}"));
-                        dm.retried_events.inc_by(range.len() as u64);
-                        self.loud(status, &text, &format!(
-                            "the server answers {status} ({reason}); the data waits and is retried: fix the credentials or the endpoint"
-                        ));
-                        tokio::time::sleep(refused_backoff).await;
-                        refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                    }
-                    Outcome::Refused(status, text) => {
-                        if range.len() > 1 {
-                            let mid = range.start + range.len() / 2;
-                            todo.push(mid..range.end);
-                            todo.push(range.start..mid);
-                            break;
-                        }
-                        let record = &req.body[req.records[range.start].clone()];
-                        let Some(path) = self.config.dead_letter.clone() else {
-                            self.metrics.error("rejected", 1);
-                            self.metrics
-                                .failing(format!("{status} from {url} for a record"));
-                            self.loud(status, &text, &format!(
-                                "the server refuses a record ({status}); it is retried: configure `dead_letter` to set such records aside"
-                            ));
-                            tokio::time::sleep(refused_backoff).await;
-                            refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                            continue;
-                        };
-                        let json = record_json(record);
-                        let refusal = super::dead_letter::Refusal {
-                            status,
-                            answer: &text,
-                            sink: self.metrics.health_key(),
-                            url: &url,
-                        };
-                        match super::dead_letter::write(&path, [json.as_slice()], refusal) {
-                            Ok(()) => {
-                                tracing::warn!(status, path = %path.display(), "opentelemetry sink: a record refused by the server was written to the dead letter file");
-                                self.metrics.discarded("dead_letter", 1);
-                                break;
-                            }
-                            Err(e) => {
-                                self.metrics.error("dead_letter_failed", 1);
-                                self.metrics.failing(format!(
-                                    "cannot write the dead letter file {}: {e}",
-                                    path.display()
-                                ));
-                                self.loud(status, &text, &format!(
-                                    "cannot write the dead letter file {}: {e}; the record is retried", path.display()
-                                ));
-                                tokio::time::sleep(refused_backoff).await;
-                                refused_backoff = (refused_backoff * 2).min(MAX_REFUSED_BACKOFF);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        dm.latency.observe(started.elapsed().as_secs_f64());
-        req.acks.delivered = true;
     }
 }
 
-impl RequestSender for OtlpSink {
-    async fn send_request(self: Arc<Self>, req: Request, window: Arc<Window>, dm: DeliveryMetrics) {
-        self.send(req, &window, &dm).await
+/// A success, with the records the server rejected anyway, if any.
+fn partial(rejected: i64, message: String) -> Answer {
+    if rejected == 0 {
+        Answer::Delivered
+    } else {
+        Answer::PartialSuccess { rejected, message }
+    }
+}
+
+impl RequestSink for OtlpSink {
+    type Plan<'b> = ();
+
+    const WORDING: Wording = Wording {
+        sink: "opentelemetry sink",
+        peer: "the OTLP endpoint",
+        items: ("record", "records"),
+        hold_fix: "the credentials or the endpoint",
+    };
+
+    fn build_request(&self, batch: &Batch, _: &(), items: Selection<'_>) -> anyhow::Result<Bytes> {
+        let pb = assemble(items.iter().map(|i| batch.record(i)));
+        Ok(match self.config.protocol {
+            Protocol::Http => {
+                let raw = match self.config.encoding {
+                    OtlpEncoding::Json => to_json(&pb)?,
+                    OtlpEncoding::Protobuf => pb,
+                };
+                self.config.compression.apply(raw.into())?
+            }
+            // gRPC compresses in its own framing.
+            Protocol::Grpc => pb.into(),
+        })
+    }
+
+    async fn send(&self, body: Bytes, _items: usize) -> Answer {
+        match self.config.protocol {
+            Protocol::Http => self.post(body).await,
+            Protocol::Grpc => self.export(body).await,
+        }
+    }
+
+    fn dead_letter_record<'a>(&self, record: &'a [u8], answer: &'a str) -> DeadRecord<'a> {
+        DeadRecord {
+            record: record_json(record).into(),
+            answer: answer.into(),
+        }
     }
 }
 
@@ -1367,15 +1243,15 @@ impl Sink for OtlpSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let shape = BatchShape {
-            encoding: BodyEncoding::Ndjson,
-            max_bytes: self.config.max_bytes,
-            max_events: self.config.max_events,
-            linger: self.config.linger,
-            max_in_flight: self.config.max_in_flight,
-        };
-        let dm = self.metrics.delivery();
-        Box::pin(run_batched(self, rx, shape, dm))
+        let c = &self.config;
+        let settings = Settings::new(
+            Framing::NDJSON,
+            c.endpoint.to_string(),
+            c.dead_letter.clone(),
+        )
+        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+        let metrics = self.metrics.clone();
+        driver::run(self, rx, settings, metrics)
     }
 }
 

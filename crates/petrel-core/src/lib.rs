@@ -21,4 +21,4 @@ pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};
 pub use event::{Event, EventBatch, Key, Origin, Rerouted, SourceInfo, Span, Value};
 pub use memory::{MemoryBudget, MemoryCharge, PipelineBudget};
-pub use metrics::{ComponentMetrics, DeliveryMetrics, LazyCounter, Metrics};
+pub use metrics::{BufferGauges, ComponentMetrics, DeliveryMetrics, LazyCounter, Metrics};

@@ -89,6 +89,11 @@ pub struct Metrics {
     source_connections: Family<ComponentLabels, Gauge>,
     /// Bytes in a source's disk spool.
     spool_bytes: Family<ComponentLabels, Gauge>,
+    /// A sink's disk buffer: events, bytes, capacity, oldest age.
+    buffer_events: Family<ComponentLabels, Gauge>,
+    buffer_bytes: Family<ComponentLabels, Gauge>,
+    buffer_max_bytes: Family<ComponentLabels, Gauge>,
+    buffer_oldest_seconds: Family<ComponentLabels, Gauge>,
     /// Checkpoint file writes.
     pub checkpoint_writes: Counter,
     /// Checkpoint writes that failed (the previous checkpoint stays).
@@ -144,6 +149,20 @@ pub struct DeliveryMetrics {
     pub window: Gauge,
     /// Seconds from hand-over to the sink until acknowledged delivery.
     pub latency: Histogram,
+}
+
+/// Gauges of a sink's disk buffer.
+#[derive(Clone, Debug)]
+pub struct BufferGauges {
+    /// Events written and not yet delivered.
+    pub events: Gauge,
+    /// Bytes written and not yet delivered.
+    pub bytes: Gauge,
+    /// The buffer's `max_size`.
+    pub max_bytes: Gauge,
+    /// Age in seconds of the oldest data handed to the sink and not yet
+    /// delivered.
+    pub oldest_seconds: Gauge,
 }
 
 /// A counter registered in its family at its first increment.
@@ -262,6 +281,10 @@ impl Metrics {
             files_open: Family::default(),
             source_connections: Family::default(),
             spool_bytes: Family::default(),
+            buffer_events: Family::default(),
+            buffer_bytes: Family::default(),
+            buffer_max_bytes: Family::default(),
+            buffer_oldest_seconds: Family::default(),
             checkpoint_writes: Counter::default(),
             checkpoint_errors: Counter::default(),
             config_reloads: Family::default(),
@@ -344,6 +367,26 @@ impl Metrics {
             "source_spool_bytes",
             "Bytes in a source's disk spool (accepted, not yet delivered and deleted)",
             m.spool_bytes.clone(),
+        );
+        r.register(
+            "component_buffer_events",
+            "Events in a sink's disk buffer, written and not yet delivered (counted from this start of the agent: events left by an earlier run count once read back)",
+            m.buffer_events.clone(),
+        );
+        r.register(
+            "component_buffer_bytes",
+            "Bytes in a sink's disk buffer, written and not yet delivered",
+            m.buffer_bytes.clone(),
+        );
+        r.register(
+            "component_buffer_max_bytes",
+            "The max_size of a sink's disk buffer",
+            m.buffer_max_bytes.clone(),
+        );
+        r.register(
+            "component_buffer_oldest_seconds",
+            "Age of the oldest undelivered data a sink's disk buffer has handed to the sink (0 when it has none in flight)",
+            m.buffer_oldest_seconds.clone(),
         );
         r.register(
             "checkpoint_writes",
@@ -579,6 +622,22 @@ impl ComponentMetrics {
     /// The spool-size gauge of this source.
     pub fn spool_bytes_gauge(&self) -> Gauge {
         self.metrics.spool_bytes.get_or_create(&self.labels).clone()
+    }
+
+    /// The gauges of this sink's disk buffer.
+    pub fn buffer_gauges(&self) -> BufferGauges {
+        let m = &self.metrics;
+        BufferGauges {
+            events: m.buffer_events.get_or_create(&self.labels).clone(),
+            bytes: m.buffer_bytes.get_or_create(&self.labels).clone(),
+            max_bytes: m.buffer_max_bytes.get_or_create(&self.labels).clone(),
+            oldest_seconds: m.buffer_oldest_seconds.get_or_create(&self.labels).clone(),
+        }
+    }
+
+    /// The process-wide health register (to report this component).
+    pub fn health(&self) -> &Health {
+        &self.metrics.health
     }
 
     /// Handles for a sink's delivery loop.

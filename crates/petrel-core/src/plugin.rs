@@ -107,6 +107,12 @@ impl PayloadReceiver {
         self.0.recv().await.map(|p| *p)
     }
 
+    /// The next payload, waiting on the calling thread (which must not be
+    /// a runtime's); `None` once the queue is closed and empty.
+    pub fn blocking_recv(&mut self) -> Option<Payload> {
+        self.0.blocking_recv().map(|p| *p)
+    }
+
     /// The next payload if one is queued now.
     pub fn try_recv(&mut self) -> Result<Payload, tokio::sync::mpsc::error::TryRecvError> {
         self.0.try_recv().map(|p| *p)
@@ -155,6 +161,19 @@ pub trait Sink: Send + Sync + 'static {
     /// names per event) alone holds several times the memory limit.
     fn expansion_hint(&self) -> usize {
         2000
+    }
+
+    /// Writes the [`Encoded::attachment`] this sink's `encode` made, so a
+    /// disk buffer can keep the payload whole; false when the sink makes
+    /// none (the default) or cannot write it.
+    fn write_attachment(&self, _attachment: &(dyn Any + Send + Sync), _out: &mut Vec<u8>) -> bool {
+        false
+    }
+
+    /// Reads back what [`Sink::write_attachment`] wrote; `None` when
+    /// `bytes` is not such a record.
+    fn read_attachment(&self, _bytes: &[u8]) -> Option<Box<dyn Any + Send + Sync>> {
+        None
     }
 }
 

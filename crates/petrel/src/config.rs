@@ -29,6 +29,9 @@ pub struct PipelineConfig {
     /// Which events each sink of `sinks` (same index) receives: its
     /// `when:` key.
     pub sink_routes: Vec<SinkRoute>,
+    /// Where each sink of `sinks` (same index) holds what it has not
+    /// delivered yet: its `buffer:` key.
+    pub sink_buffers: Vec<SinkBuffer>,
     /// Combinations that load but are likely not what was meant
     /// (`validate` prints them, `run` logs them).
     pub warnings: Vec<ConfigError>,
@@ -51,7 +54,104 @@ pub enum SinkRoute {
 }
 
 /// Keys every sink entry accepts besides its plugin's own.
-const SINK_COMMON_KEYS: &[&str] = &["when"];
+const SINK_COMMON_KEYS: &[&str] = &["when", "buffer"];
+
+/// Where a sink holds the data it has not delivered yet (`buffer:`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SinkBuffer {
+    /// `{type: memory}` (the default): payloads wait in memory, paid by the
+    /// pipeline's memory budget, and a batch is acknowledged to the source
+    /// once every sink delivered it; a stalled sink holds the source.
+    #[default]
+    Memory,
+    /// `{type: disk, max_size, when_full}`: a batch counts as delivered
+    /// for this sink once it is durable in the sink's own buffer on disk,
+    /// which the sink then drains at its own pace.
+    Disk {
+        /// Undelivered bytes the buffer may hold.
+        max_size: u64,
+        /// What happens to new data when it is full.
+        when_full: WhenFull,
+    },
+}
+
+/// What a full disk buffer does with new data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Waits for room, holding the source (as a memory buffer does).
+    #[default]
+    Block,
+    /// Drops the new data and counts it (`reason="buffer_full"`), so the
+    /// source and the other sinks go on.
+    DropNewest,
+}
+
+/// The smallest `max_size` of a disk buffer: a few segments of useful
+/// size (the spool's own minimum).
+pub const MIN_DISK_BUFFER: u64 = petrel_spool::MIN_MAX_BYTES;
+
+/// The default `max_size` of a disk buffer.
+pub const DEFAULT_DISK_BUFFER: u64 = 256 << 20;
+
+/// Reads a sink's `buffer:`; problems are reported at the key.
+fn sink_buffer(item: Node<'_>, sink: &dyn SinkConfig) -> SinkBuffer {
+    let Some(n) = item.as_map_quiet().and_then(|m| m.get("buffer")) else {
+        return SinkBuffer::Memory;
+    };
+    if n.as_map_quiet().is_none() {
+        n.error("`buffer` must be a map, e.g. `buffer: {type: disk, max_size: 1GiB, when_full: block}` or `buffer: {type: memory}`");
+        return SinkBuffer::Memory;
+    }
+    let Some(m) = n.as_map(&["type", "max_size", "when_full"]) else {
+        return SinkBuffer::Memory;
+    };
+    let Some(kind) = m.choice("type", &["memory", "disk"]) else {
+        if m.get("type").is_none() {
+            n.error("`buffer` needs a `type`: `memory` (the default) or `disk`");
+        }
+        return SinkBuffer::Memory;
+    };
+    if kind == "memory" {
+        for key in ["max_size", "when_full"] {
+            if let Some(k) = m.get(key) {
+                k.error(format!("`{key}` applies to `type: disk` buffers only; a memory buffer is bounded by `--memory-limit`"));
+            }
+        }
+        return SinkBuffer::Memory;
+    }
+    if let Some(key) = sink.commits_source_positions() {
+        n.error(format!(
+            "`{key}` commits the source's offsets inside the sink's transactions, which a disk buffer between them would break; remove `buffer` or `{key}`"
+        ));
+        return SinkBuffer::Memory;
+    }
+    let max_size = match m.get("max_size") {
+        None => DEFAULT_DISK_BUFFER,
+        Some(k) => match k.as_u64(true) {
+            Some(v) if v >= MIN_DISK_BUFFER => v,
+            Some(_) => {
+                k.error(format!(
+                    "`max_size` of a disk buffer must be at least {} bytes (1MiB); e.g. `max_size: 1GiB`",
+                    MIN_DISK_BUFFER
+                ));
+                return SinkBuffer::Memory;
+            }
+            None => return SinkBuffer::Memory,
+        },
+    };
+    let when_full = match m.get("when_full") {
+        None => WhenFull::Block,
+        Some(_) => match m.choice("when_full", &["block", "drop_newest"]) {
+            Some("drop_newest") => WhenFull::DropNewest,
+            Some(_) => WhenFull::Block,
+            None => return SinkBuffer::Memory,
+        },
+    };
+    SinkBuffer::Disk {
+        max_size,
+        when_full,
+    }
+}
 
 /// Reads a sink's `when:`; problems are reported at the key.
 fn sink_route(item: Node<'_>) -> SinkRoute {
@@ -238,6 +338,7 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
         processors: Vec::new(),
         sinks: Vec::new(),
         sink_routes: Vec::new(),
+        sink_buffers: Vec::new(),
         warnings: Vec::new(),
     };
     if let Some(m) = root.as_map(TOP_KEYS) {
@@ -277,6 +378,11 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
             check_feedback(&sinks, &nodes, &p.sources);
             p.sink_routes = nodes.iter().map(|n| sink_route(*n)).collect();
             mark_rerouted(&processor_nodes, &sinks, &nodes, &mut p.sink_routes);
+            p.sink_buffers = nodes
+                .iter()
+                .zip(&sinks)
+                .map(|(n, (_, s))| sink_buffer(*n, s.as_ref()))
+                .collect();
             for ((_, sink), (node, route)) in sinks.iter().zip(nodes.iter().zip(&p.sink_routes)) {
                 let Some(key) = sink.commits_source_positions() else {
                     continue;

@@ -8,6 +8,7 @@
 //! ones (their sources stop, everything in flight is acknowledged, offsets
 //! are checkpointed) and starting the new ones.
 
+pub mod buffer;
 pub mod workers;
 
 use std::collections::BTreeMap;
@@ -146,12 +147,18 @@ pub fn build_processors(
 struct Built {
     config: PipelineConfig,
     processors: Vec<ProcessorSlot>,
-    sinks: Vec<(
-        Arc<dyn petrel_core::plugin::Sink>,
-        petrel_core::ComponentMetrics,
-        crate::config::SinkRoute,
-    )>,
+    sinks: Vec<BuiltSink>,
     own_outputs: Arc<Vec<PathBuf>>,
+}
+
+/// A sink built from its entry, with what the engine adds around it.
+struct BuiltSink {
+    id: String,
+    type_name: &'static str,
+    sink: Arc<dyn petrel_core::plugin::Sink>,
+    metrics: petrel_core::ComponentMetrics,
+    route: crate::config::SinkRoute,
+    buffer: crate::config::SinkBuffer,
 }
 
 /// A running pipeline.
@@ -283,8 +290,14 @@ impl Topology {
             let sink = c
                 .build(m.clone())
                 .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
-            let route = p.sink_routes.get(i).cloned().unwrap_or_default();
-            sinks.push((sink, m, route));
+            sinks.push(BuiltSink {
+                id: id.clone(),
+                type_name: c.type_name(),
+                sink,
+                metrics: m,
+                route: p.sink_routes.get(i).cloned().unwrap_or_default(),
+                buffer: p.sink_buffers.get(i).cloned().unwrap_or_default(),
+            });
         }
         Ok(Built {
             config: p,
@@ -300,18 +313,48 @@ impl Topology {
         };
         let p = b.config;
         let budget = PipelineBudget::new(self.budget.clone(), per_pipeline);
-        budget.expect_sinks(b.sinks.iter().map(|(s, _, _)| s.expansion_hint()));
+        budget.expect_sinks(b.sinks.iter().map(|s| s.sink.expansion_hint()));
         let mut sinks = Vec::new();
         let mut sink_tasks = Vec::new();
-        for (sink, metrics, route) in b.sinks {
+        for s in b.sinks {
             let (tx, rx) = petrel_core::plugin::payload_channel();
-            sink_tasks.push(rt.spawn(sink.clone().run(rx)));
+            sink_tasks.push(rt.spawn(s.sink.clone().run(rx)));
+            let tx = match s.buffer {
+                crate::config::SinkBuffer::Memory => tx,
+                crate::config::SinkBuffer::Disk {
+                    max_size,
+                    when_full,
+                } => {
+                    let dir = buffer::buffer_dir(&self.opts.data_dir, &p.name, &s.id);
+                    match buffer::start(
+                        &dir,
+                        s.type_name,
+                        max_size,
+                        when_full,
+                        s.sink.clone(),
+                        tx,
+                        s.metrics.clone(),
+                        rt.handle(),
+                    ) {
+                        Ok(d) => {
+                            sink_tasks.push(d.reader);
+                            d.tx
+                        }
+                        Err(e) => {
+                            for t in sink_tasks {
+                                t.abort();
+                            }
+                            anyhow::bail!("pipeline {} sink {}: {e}", p.name, s.id);
+                        }
+                    }
+                }
+            };
             sinks.push(SinkSlot {
-                sink,
+                sink: s.sink,
                 tx,
-                metrics,
+                metrics: s.metrics,
                 reorder: Default::default(),
-                route,
+                route: s.route,
             });
         }
         let runtime = Arc::new(PipelineRuntime::new(

@@ -352,6 +352,17 @@ fn write_levels(path: &Path, n: usize) -> Vec<String> {
 /// name go to the fallback topic (counted), and the rest flows.
 #[test]
 fn topic_template_keys_and_fallback() {
+    topic_template_keys_and_fallback_with("");
+}
+
+/// The same through a disk buffer: each record's topic and key are
+/// written with the payload and read back.
+#[test]
+fn topic_template_keys_and_fallback_through_a_disk_buffer() {
+    topic_template_keys_and_fallback_with("    buffer: { type: disk, max_size: 64MiB }\n");
+}
+
+fn topic_template_keys_and_fallback_with(buffer: &str) {
     let broker = Broker::start();
     let dir = tempdir();
     let app = dir.path().join("levels.log");
@@ -362,7 +373,7 @@ fn topic_template_keys_and_fallback() {
         &format!(
             "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\n\
              processors:\n  - type: parse_regex\n    pattern: 'level=(?P<level>\\w+) pid=(?P<pid>\\d+)'\n\
-             sinks:\n  - type: kafka\n    brokers: [\"{}\"]\n    topic: \"tpl-{{{{ level }}}}\"\n    fallback_topic: tpl-fallback\n    key_field: pid\n    encoding: text\n",
+             sinks:\n  - type: kafka\n    brokers: [\"{}\"]\n    topic: \"tpl-{{{{ level }}}}\"\n    fallback_topic: tpl-fallback\n    key_field: pid\n    encoding: text\n{buffer}",
             app.display(),
             broker.bootstrap()
         ),
@@ -394,6 +405,13 @@ fn topic_template_keys_and_fallback() {
             .collect();
     }
     assert_eq!(msgs.len(), 2002, "every event delivered once");
+    if !buffer.is_empty() {
+        assert_eq!(
+            agent.metric_or_zero("petrel_component_buffer_max_bytes", &[("pipeline", "tpl")]),
+            (64u64 << 20) as f64,
+            "the payloads went through the disk buffer"
+        );
+    }
     let mut key_parts: HashMap<Vec<u8>, HashSet<i32>> = HashMap::new();
     for (topic, m) in &msgs {
         let v = String::from_utf8_lossy(&m.value).to_string();

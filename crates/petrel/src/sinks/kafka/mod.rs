@@ -404,6 +404,26 @@ impl Sink for KafkaSink {
         });
     }
 
+    fn write_attachment(
+        &self,
+        attachment: &(dyn std::any::Any + Send + Sync),
+        out: &mut Vec<u8>,
+    ) -> bool {
+        // Only plain routes: a transactional sink takes no disk buffer
+        // (the config refuses it), its offsets must stay with the source.
+        match attachment.downcast_ref::<Routes>() {
+            Some(r) => {
+                r.write(out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn read_attachment(&self, bytes: &[u8]) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        Routes::read(bytes).map(|r| Box::new(r) as Box<dyn std::any::Any + Send + Sync>)
+    }
+
     fn run(self: Arc<Self>, mut rx: PayloadReceiver) -> BoxFuture {
         if let Some(t) = self.transactional.clone() {
             return Box::pin(t.run(rx));

@@ -52,6 +52,81 @@ pub struct Routes {
     pub key_ranges: Vec<Option<(u32, u32)>>,
 }
 
+impl Routes {
+    /// Writes the routes for a disk buffer (little-endian lengths).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.topics.len() as u32).to_le_bytes());
+        for t in &self.topics {
+            out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+            out.extend_from_slice(t.as_bytes());
+        }
+        out.extend_from_slice(&(self.topic_of.len() as u32).to_le_bytes());
+        for i in &self.topic_of {
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.keys);
+        out.extend_from_slice(&(self.key_ranges.len() as u32).to_le_bytes());
+        for r in &self.key_ranges {
+            let (flag, (a, b)) = match r {
+                Some(r) => (1u8, *r),
+                None => (0u8, (0, 0)),
+            };
+            out.push(flag);
+            out.extend_from_slice(&a.to_le_bytes());
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+    }
+
+    /// Reads what [`Routes::write`] wrote; `None` when `b` is not that.
+    pub fn read(mut b: &[u8]) -> Option<Routes> {
+        fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            (b.len() >= n).then(|| {
+                let (h, t) = b.split_at(n);
+                *b = t;
+                h
+            })
+        }
+        fn u32_(b: &mut &[u8]) -> Option<u32> {
+            take(b, 4)?.try_into().ok().map(u32::from_le_bytes)
+        }
+        let n = u32_(&mut b)? as usize;
+        let mut topics = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            let len = u32_(&mut b)? as usize;
+            topics.push(std::str::from_utf8(take(&mut b, len)?).ok()?.to_string());
+        }
+        let n = u32_(&mut b)? as usize;
+        let raw = take(&mut b, n.checked_mul(2)?)?;
+        let topic_of: Vec<u16> = raw
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        if topic_of.iter().any(|&i| i as usize >= topics.len()) {
+            return None;
+        }
+        let len = u32_(&mut b)? as usize;
+        let keys = take(&mut b, len)?.to_vec();
+        let n = u32_(&mut b)? as usize;
+        let mut key_ranges = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let flag = take(&mut b, 1)?[0];
+            let a = u32_(&mut b)?;
+            let e = u32_(&mut b)?;
+            if flag == 1 && (a > e || e as usize > keys.len()) {
+                return None;
+            }
+            key_ranges.push((flag == 1).then_some((a, e)));
+        }
+        b.is_empty().then_some(Routes {
+            topic_of,
+            topics,
+            keys,
+            key_ranges,
+        })
+    }
+}
+
 /// The result of producing a set of records until each has a delivery
 /// report.
 #[derive(Debug, Default)]
@@ -655,5 +730,28 @@ struct ClearOnDrop(Arc<std::sync::atomic::AtomicBool>);
 impl Drop for ClearOnDrop {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_read_back_as_written() {
+        let r = Routes {
+            topic_of: vec![0, 1, 0],
+            topics: vec!["a".into(), "b-2".into()],
+            keys: b"k1k2".to_vec(),
+            key_ranges: vec![Some((0, 2)), None, Some((2, 4))],
+        };
+        let mut out = Vec::new();
+        r.write(&mut out);
+        let back = Routes::read(&out).expect("reads back");
+        assert_eq!(back.topic_of, r.topic_of);
+        assert_eq!(back.topics, r.topics);
+        assert_eq!(back.keys, r.keys);
+        assert_eq!(back.key_ranges, r.key_ranges);
+        assert!(Routes::read(&out[..out.len() - 1]).is_none());
     }
 }

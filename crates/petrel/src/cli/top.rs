@@ -138,6 +138,9 @@ struct Counters {
     discarded: f64,
     /// Errors and discarded events by reason (`error:TYPE` / `discarded:REASON`).
     reasons: HashMap<String, f64>,
+    /// A sink's disk buffer: bytes held, its max_size, age of its oldest
+    /// data in flight (seconds); `None` without a disk buffer.
+    buffer: Option<(f64, f64, f64)>,
 }
 
 /// Key of a component: pipeline, kind, id, type.
@@ -198,6 +201,15 @@ fn snapshot(samples: &[Sample]) -> Snapshot {
                 *c.reasons
                     .entry(format!("discarded:{}", m.label("reason")))
                     .or_default() += m.value;
+            }
+            "petrel_component_buffer_bytes" => {
+                s.components.entry(key()).or_default().buffer.get_or_insert_default().0 = m.value
+            }
+            "petrel_component_buffer_max_bytes" => {
+                s.components.entry(key()).or_default().buffer.get_or_insert_default().1 = m.value
+            }
+            "petrel_component_buffer_oldest_seconds" => {
+                s.components.entry(key()).or_default().buffer.get_or_insert_default().2 = m.value
             }
             "petrel_component_delivery_latency_seconds_bucket" => {
                 let le = match m.label("le") {
@@ -263,6 +275,8 @@ struct RowData {
     top_reason: Option<(String, f64)>,
     p50: Option<f64>,
     p99: Option<f64>,
+    /// "held of max (age)" for a sink with a disk buffer.
+    buffer: Option<String>,
 }
 
 /// Columns the table can be sorted by.
@@ -338,6 +352,10 @@ impl App {
                         .max_by(|a, b| a.1.total_cmp(&b.1)),
                     p50: lat_now.and_then(|l| quantile(l, lat_before, 0.5)),
                     p99: lat_now.and_then(|l| quantile(l, lat_before, 0.99)),
+                    buffer: c.buffer.map(|(held, max, age)| {
+                        let pct = if max > 0.0 { held * 100.0 / max } else { 0.0 };
+                        format!("{} {pct:.0}% {age:.0}s", human_bytes(held))
+                    }),
                 }
             })
             .collect();
@@ -451,6 +469,7 @@ impl App {
                         r.p99
                             .map_or("-".to_string(), |v| format!("{:.0} ms", v * 1e3)),
                     ),
+                    Cell::from(r.buffer.clone().unwrap_or_else(|| "-".into())),
                     Cell::from(
                         r.top_reason
                             .as_ref()
@@ -470,6 +489,7 @@ impl App {
             Constraint::Length(9),
             Constraint::Length(8),
             Constraint::Length(8),
+            Constraint::Length(16),
             Constraint::Min(18),
         ];
         let header = Row::new(vec![
@@ -483,6 +503,7 @@ impl App {
             "discard/s",
             "p50",
             "p99",
+            "disk buffer",
             "top reason",
         ])
         .style(Style::default().add_modifier(Modifier::BOLD));
@@ -634,6 +655,27 @@ mod tests {
         assert_eq!(s[0].value, 12.0);
         assert_eq!(s[1].name, "process_cpu_seconds_total");
         assert_eq!(s[2].label("le"), "+Inf");
+    }
+
+    #[test]
+    fn a_sink_with_a_disk_buffer_shows_what_it_holds() {
+        let l = "pipeline=\"p\",component_kind=\"sink\",component_id=\"es\",component_type=\"elasticsearch\"";
+        let text = format!("petrel_component_buffer_bytes{{{l}}} 52428800\npetrel_component_buffer_max_bytes{{{l}}} 104857600\npetrel_component_buffer_oldest_seconds{{{l}}} 42\npetrel_component_sent_events_total{{pipeline=\"p\",component_kind=\"sink\",component_id=\"f\",component_type=\"file\"}} 1\n");
+        let top = App {
+            addr: "127.0.0.1:1".into(),
+            previous: None,
+            current: Some(snapshot(&parse_metrics(&text))),
+            error: None,
+            sort: 0,
+            reverse: false,
+            scroll: 0,
+        };
+        let rows = top.rows();
+        let es = rows.iter().find(|r| r.key.2 == "es").expect("es row");
+        let shown = es.buffer.as_deref().expect("a buffer column");
+        assert!(shown.contains("50%") && shown.contains("42s"), "{shown}");
+        let f = rows.iter().find(|r| r.key.2 == "f").expect("file row");
+        assert!(f.buffer.is_none());
     }
 
     #[test]

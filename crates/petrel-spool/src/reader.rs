@@ -261,9 +261,10 @@ impl Reader {
         }
         let mut want = avail.min(max_bytes.max(RECORD_HEADER) as u64) as usize;
         loop {
-            let mut buf = BytesMut::zeroed(want);
-            let n = read_full_at(&seg.file, &mut buf, seg.read_off)?;
-            buf.truncate(n);
+            // Read into spare capacity: zeroing a megabyte before every
+            // read was 5 % of a disk-buffered sink's CPU (BENCHMARKS.md).
+            let mut buf = BytesMut::with_capacity(want);
+            read_full_at_uninit(&seg.file, &mut buf, want, seg.read_off)?;
             let (records, used, problem) = scan(&buf);
             if !records.is_empty() {
                 let start = seg.read_off;
@@ -523,6 +524,46 @@ fn next_valid_record(file: &File, from: u64, len: u64) -> io::Result<Option<u64>
         base += (last.min(RESYNC_WINDOW - 1) + 1) as u64;
     }
     Ok(None)
+}
+
+/// Appends up to `want` bytes of `file` from `off` to `buf` (whose spare
+/// capacity is at least `want`) without initialising them first; stops
+/// early at the end of the file.
+fn read_full_at_uninit(file: &File, buf: &mut BytesMut, want: usize, mut off: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    buf.reserve(want);
+    let end = buf.len() + want;
+    while buf.len() < end {
+        let left = end - buf.len();
+        let spare = buf.spare_capacity_mut();
+        let len = left.min(spare.len());
+        // SAFETY: pread writes at most `len` bytes into the spare
+        // capacity, which has room for `len`; only the bytes it reports
+        // written are then counted as initialised.
+        let r = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                len,
+                off as libc::off_t,
+            )
+        };
+        match r {
+            0 => break,
+            k if k > 0 => {
+                // SAFETY: pread initialised these `k` bytes.
+                unsafe { buf.set_len(buf.len() + k as usize) };
+                off += k as u64;
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {

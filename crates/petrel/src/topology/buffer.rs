@@ -78,6 +78,10 @@ struct Shared {
     events: AtomicI64,
     /// The last append found the buffer full (and waits, blocking).
     full: AtomicBool,
+    /// The reader task ended (or was aborted at the shutdown deadline):
+    /// nothing will make room any more, so a blocked append gives up and
+    /// leaves its payload unacknowledged (the source reads it again).
+    reader_gone: AtomicBool,
     gauges: BufferGauges,
     metrics: ComponentMetrics,
     max_size: u64,
@@ -159,6 +163,7 @@ pub fn start(
         closed: AtomicBool::new(false),
         events: AtomicI64::new(0),
         full: AtomicBool::new(false),
+        reader_gone: AtomicBool::new(false),
         gauges,
         metrics,
         max_size,
@@ -395,6 +400,10 @@ impl Ingest {
                             format!("cannot write the disk buffer: {msg}"),
                         );
                     }
+                    if self.shared.reader_gone.load(Ordering::Acquire) {
+                        // Unanswered: its source reads it again next time.
+                        return None;
+                    }
                     waited = true;
                     if matches!(e, AppendError::Full) {
                         self.shared.full.store(true, Ordering::Relaxed);
@@ -416,6 +425,10 @@ impl Ingest {
             match self.writer.sync() {
                 Ok(()) => break,
                 Err(e) => {
+                    if self.shared.reader_gone.load(Ordering::Acquire) {
+                        // Stopping: unanswered, the sources read it again.
+                        return;
+                    }
                     if last_error.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                         tracing::error!(sink = %self.shared.metrics.health_key(), error = %e,
                             "cannot make the disk buffer durable (is the disk full?); holding the data, nothing is acknowledged until it is written");
@@ -483,35 +496,43 @@ struct Draining {
     shared: Arc<Shared>,
     /// Bytes of the chunks in flight.
     bytes: usize,
-    /// (segment, start) → when the chunk's first record was written, for
-    /// the age gauge; oldest first.
-    chunks: std::collections::BTreeMap<(u64, u64), u64>,
-    /// Chunks the sink gave up on (it is stopping).
+    /// (segment, start) → the chunk, kept until the sink answered every
+    /// payload of it, and when its first record was written (for the age
+    /// gauge); oldest first.
+    chunks: std::collections::BTreeMap<(u64, u64), (u64, petrel_spool::Chunk)>,
+    /// Chunks the sink answered as not delivered, to hand out again.
+    retry: Vec<(u64, u64)>,
+    /// Chunks left undelivered at the stop.
     failed: u64,
 }
 
 impl Draining {
-    /// Books the answer for a chunk: delivered chunks are committed.
+    /// Books the answer for a chunk: delivered chunks are committed; an
+    /// undelivered one is handed out again, unless the pipeline stops
+    /// (then it stays uncommitted, for the next start).
     fn settle(&mut self, d: ChunkDone) {
-        self.bytes = self.bytes.saturating_sub(d.bytes);
-        self.chunks.remove(&(d.segment, d.start));
+        let key = (d.segment, d.start);
         if d.delivered {
+            self.bytes = self.bytes.saturating_sub(d.bytes);
+            self.chunks.remove(&key);
             self.reader.complete(d.segment, d.start, d.end);
             self.shared
                 .events
                 .fetch_sub(d.events as i64, Ordering::Relaxed);
-        } else {
-            // It stays uncommitted and is delivered again after a restart.
+        } else if self.shared.closed.load(Ordering::Acquire) {
+            self.bytes = self.bytes.saturating_sub(d.bytes);
+            self.chunks.remove(&key);
             self.failed += 1;
+        } else {
+            self.retry.push(key);
         }
     }
 
     fn report(&self) {
-        let oldest = self.chunks.values().next().copied();
-        self.shared
-            .gauges
-            .oldest_seconds
-            .set(oldest.map_or(0, |t| now_millis().saturating_sub(t) as i64 / 1000));
+        let oldest = self.chunks.values().next().map(|c| c.0);
+        self.shared.gauges.oldest_seconds.set(
+            oldest.map_or(0, |t| now_millis().saturating_sub(t) as i64 / 1000),
+        );
         self.shared
             .report_size(self.reader.uncommitted_bytes() + self.reader.backlog_bytes());
     }
@@ -528,15 +549,25 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
         meta: Vec::new().into(),
         source_type: "buffer",
     });
+    /// Tells the ingest side when this task ends, aborted or not.
+    struct Gone(Arc<Shared>);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            self.0.reader_gone.store(true, Ordering::Release);
+        }
+    }
+    let _gone = Gone(shared.clone());
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<ChunkDone>();
     let mut st = Draining {
         reader,
         shared: shared.clone(),
         bytes: 0,
         chunks: Default::default(),
+        retry: Vec::new(),
         failed: 0,
     };
     let mut closed_at: Option<Instant> = None;
+    let mut retry_at: Option<Instant> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -558,13 +589,30 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
                 break;
             }
         }
+        if !st.retry.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t) {
+            if retry_at.is_none() {
+                // A sink answers "not delivered" only when it gives up on
+                // a payload; sending it again at once would spin.
+                retry_at = Some(Instant::now() + Duration::from_secs(1));
+            } else {
+                retry_at = None;
+                for key in std::mem::take(&mut st.retry) {
+                    if let Some((_, chunk)) = st.chunks.get(&key) {
+                        dispatch(chunk, sink.as_ref(), &sink_tx, &source, &done_tx, &shared);
+                    }
+                }
+            }
+        }
         let mut read_any = false;
         if st.bytes < READ_AHEAD {
             match st.reader.read(CHUNK_BYTES) {
                 Ok(Some(chunk)) => {
                     read_any = true;
                     st.bytes += chunk.buf.len();
-                    dispatch(chunk, sink.as_ref(), &sink_tx, &source, &done_tx, &mut st);
+                    let first_written =
+                        dispatch(&chunk, sink.as_ref(), &sink_tx, &source, &done_tx, &shared);
+                    st.chunks
+                        .insert((chunk.segment, chunk.start), (first_written, chunk));
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -594,16 +642,16 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
 }
 
 /// Turns a chunk's records into payloads for the sink, all answering one
-/// acknowledgement for the chunk.
+/// acknowledgement for the chunk; returns when its first record was
+/// written.
 fn dispatch(
-    chunk: petrel_spool::Chunk,
+    chunk: &petrel_spool::Chunk,
     sink: &dyn Sink,
     tx: &PayloadSender,
     source: &Arc<SourceInfo>,
     done_tx: &mpsc::UnboundedSender<ChunkDone>,
-    st: &mut Draining,
-) {
-    let shared = &st.shared;
+    shared: &Shared,
+) -> u64 {
     let mut records = Vec::with_capacity(chunk.records.len());
     let mut unreadable = 0u64;
     for r in &chunk.records {
@@ -630,8 +678,6 @@ fn dispatch(
         }),
         0,
     );
-    st.chunks
-        .insert((chunk.segment, chunk.start), first_written);
     let parts: Vec<AckPart> = ack.split(records.len());
     for (rec, ack) in records.into_iter().zip(parts) {
         let payload = Payload {
@@ -646,6 +692,7 @@ fn dispatch(
         // undelivered and the chunk stays for the next start.
         let _ = tx.send(payload);
     }
+    first_written
 }
 
 #[cfg(test)]

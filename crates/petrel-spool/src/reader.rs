@@ -529,7 +529,12 @@ fn next_valid_record(file: &File, from: u64, len: u64) -> io::Result<Option<u64>
 /// Appends up to `want` bytes of `file` from `off` to `buf` (whose spare
 /// capacity is at least `want`) without initialising them first; stops
 /// early at the end of the file.
-fn read_full_at_uninit(file: &File, buf: &mut BytesMut, want: usize, mut off: u64) -> io::Result<()> {
+fn read_full_at_uninit(
+    file: &File,
+    buf: &mut BytesMut,
+    want: usize,
+    mut off: u64,
+) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     buf.reserve(want);
     let end = buf.len() + want;

@@ -203,13 +203,28 @@ fn snapshot(samples: &[Sample]) -> Snapshot {
                     .or_default() += m.value;
             }
             "petrel_component_buffer_bytes" => {
-                s.components.entry(key()).or_default().buffer.get_or_insert_default().0 = m.value
+                s.components
+                    .entry(key())
+                    .or_default()
+                    .buffer
+                    .get_or_insert_default()
+                    .0 = m.value
             }
             "petrel_component_buffer_max_bytes" => {
-                s.components.entry(key()).or_default().buffer.get_or_insert_default().1 = m.value
+                s.components
+                    .entry(key())
+                    .or_default()
+                    .buffer
+                    .get_or_insert_default()
+                    .1 = m.value
             }
             "petrel_component_buffer_oldest_seconds" => {
-                s.components.entry(key()).or_default().buffer.get_or_insert_default().2 = m.value
+                s.components
+                    .entry(key())
+                    .or_default()
+                    .buffer
+                    .get_or_insert_default()
+                    .2 = m.value
             }
             "petrel_component_delivery_latency_seconds_bucket" => {
                 let le = match m.label("le") {

@@ -124,6 +124,17 @@ impl Shared {
     }
 }
 
+/// What a disk buffer is for and how big.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// The sink's `type:`, recorded in the directory.
+    pub sink_type: &'static str,
+    /// Undelivered bytes it may hold.
+    pub max_size: u64,
+    /// What a full buffer does.
+    pub when_full: WhenFull,
+}
+
 /// A started disk buffer.
 pub struct DiskBuffer {
     /// Where the processing pool sends the sink's payloads.
@@ -137,9 +148,7 @@ pub struct DiskBuffer {
 /// `rt`.
 pub fn start(
     dir: &Path,
-    sink_type: &str,
-    max_size: u64,
-    when_full: WhenFull,
+    settings: Settings,
     sink: Arc<dyn Sink>,
     sink_tx: PayloadSender,
     metrics: ComponentMetrics,
@@ -147,6 +156,11 @@ pub fn start(
 ) -> anyhow::Result<DiskBuffer> {
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("disk buffer {}: {e}", dir.display()))?;
+    let Settings {
+        sink_type,
+        max_size,
+        when_full,
+    } = settings;
     check_type(dir, sink_type)?;
     let reader = Reader::open(dir).map_err(|e| {
         anyhow::anyhow!(
@@ -530,9 +544,10 @@ impl Draining {
 
     fn report(&self) {
         let oldest = self.chunks.values().next().map(|c| c.0);
-        self.shared.gauges.oldest_seconds.set(
-            oldest.map_or(0, |t| now_millis().saturating_sub(t) as i64 / 1000),
-        );
+        self.shared
+            .gauges
+            .oldest_seconds
+            .set(oldest.map_or(0, |t| now_millis().saturating_sub(t) as i64 / 1000));
         self.shared
             .report_size(self.reader.uncommitted_bytes() + self.reader.backlog_bytes());
     }

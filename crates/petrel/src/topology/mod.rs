@@ -326,11 +326,14 @@ impl Topology {
                     when_full,
                 } => {
                     let dir = buffer::buffer_dir(&self.opts.data_dir, &p.name, &s.id);
-                    match buffer::start(
-                        &dir,
-                        s.type_name,
+                    let settings = buffer::Settings {
+                        sink_type: s.type_name,
                         max_size,
                         when_full,
+                    };
+                    match buffer::start(
+                        &dir,
+                        settings,
                         s.sink.clone(),
                         tx,
                         s.metrics.clone(),

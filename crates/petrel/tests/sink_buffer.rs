@@ -311,3 +311,76 @@ fn buffer_mistakes_are_reported_at_the_key() {
         );
     }
 }
+
+#[test]
+fn a_full_disk_under_a_disk_buffer_acknowledges_nothing_and_is_unhealthy_until_it_has_room() {
+    use std::io::Write;
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    let out = dir.path().join("out.ndjson");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let _fs = Tmpfs::mount(&data, "16m");
+    append(&log, &numbered(0, 10));
+    let cfg = write_config(
+        dir.path(),
+        "fulldisk",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n    buffer: {{ type: disk, max_size: 64MiB }}\n",
+            log.display(),
+            out.display()
+        ),
+    );
+    let mut agent = Agent::start(&cfg, &data);
+    wait_file_lines(&out, 10, "the first lines through the buffer");
+    let first = std::fs::metadata(&log).unwrap().len();
+    wait_for(
+        Duration::from_secs(30),
+        "the first lines committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == first => Ok(()),
+            other => Err(format!("{other:?} of {first}")),
+        },
+    );
+    let committed_before = Some(first);
+    // Fill the file system that holds the buffer (and the checkpoints).
+    let filler = data.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![b'x'; 4096];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    drop(f);
+    const N: usize = 50_000;
+    append(&log, &numbered(10, N));
+    wait_for(
+        Duration::from_secs(60),
+        "/health unhealthy naming the buffer",
+        || {
+            let (code, body) = agent.http_get("/health").map_err(|e| e.to_string())?;
+            (code == 503 && body.contains("cannot write the disk buffer"))
+                .then_some(())
+                .ok_or(format!("{code} {body}"))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // Nothing that is not durable was acknowledged: the source did not
+    // commit past what was written before the disk filled, and the sink
+    // got nothing it could not have been given from the buffer.
+    assert_eq!(
+        checkpoint_offset(&data, &log),
+        committed_before,
+        "no commit while the buffer cannot be written"
+    );
+    assert!(
+        count_lines(&out) < 10 + N,
+        "the sink cannot have everything yet"
+    );
+    // Room again: everything arrives and the agent is healthy again.
+    std::fs::remove_file(&filler).unwrap();
+    wait_file_lines(&out, 10 + N, "every line once the disk has room");
+    wait_for(Duration::from_secs(60), "/health ok", || {
+        let (code, body) = agent.http_get("/health").map_err(|e| e.to_string())?;
+        (code == 200).then_some(()).ok_or(format!("{code} {body}"))
+    });
+    agent.stop();
+}

@@ -314,7 +314,6 @@ fn buffer_mistakes_are_reported_at_the_key() {
 
 #[test]
 fn a_full_disk_under_a_disk_buffer_acknowledges_nothing_and_is_unhealthy_until_it_has_room() {
-    use std::io::Write;
     let dir = tempdir();
     let log = dir.path().join("app.log");
     let out = dir.path().join("out.ndjson");
@@ -344,12 +343,7 @@ fn a_full_disk_under_a_disk_buffer_acknowledges_nothing_and_is_unhealthy_until_i
     );
     let committed_before = Some(first);
     // Fill the file system that holds the buffer (and the checkpoints).
-    let filler = data.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let block = vec![b'x'; 4096];
-    while f.write_all(&block).is_ok() {}
-    let _ = f.sync_all();
-    drop(f);
+    let filler = fill_disk(&data);
     const N: usize = 50_000;
     append(&log, &numbered(10, N));
     wait_for(

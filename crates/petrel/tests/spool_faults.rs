@@ -228,13 +228,7 @@ fn a_full_disk_under_the_http_source_is_refused_with_its_reason_and_unhealthy() 
     assert_eq!(code, 200);
     wait_lines(&out, 1);
     // Fill the file system that holds the spool.
-    let filler = data.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let block = vec![b'x'; 4096];
-    while f.write_all(&block).is_ok() {}
-    let _ = f.sync_all();
-    // Closed, so that removing it frees the room later.
-    drop(f);
+    let filler = fill_disk(&data);
     let body = numbered_body(0, 2000, &"d".repeat(100));
     let mut refused = None;
     for _ in 0..20 {

@@ -708,6 +708,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Fills the file system that holds `dir` with a file `dir/filler`
+/// (closed, so that removing it frees the room); returns its path.
+pub fn fill_disk(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).expect("create the filler");
+    let block = vec![b'x'; 4096];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    filler
+}
+
 /// An HTTP server (`POST /ingest`) that holds every request unanswered
 /// until `released`, then answers 200: a stalled downstream for a sink.
 #[derive(Default)]

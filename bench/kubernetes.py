@@ -31,6 +31,20 @@ Peak RSS = VmHWM at the end of the run; RSS = VmRSS at the end of the
 window. Every written line must be delivered (sum of the sinks'
 petrel_component_sent_events_total): the script exits non-zero otherwise.
 
+API metadata (`--mode api`): the issue's CPU row. A real kube-apiserver
+(the tests' own, kept up by the `kube_apiserver` example: build it with
+`cargo build --workspace --profile ci --locked --example kube_apiserver`;
+it needs `scripts/kube-apiserver.sh`) knows `--api-pods` pods (default
+1,000) bound to the node, each with a ReplicaSet owner, 3 labels, 2
+annotations and an IP, in a namespace with labels, on a node with labels;
+each pod has its log file `<pods_dir>/bench_<pod>_<uid>/app/0.log` and the
+writer spreads `--api-rate` MB/s (default 3) over all of them. One
+`kubernetes_logs` pipeline (`runtime: none`) runs with `api: true` +
+`kubeconfig:` ("on") or `api: false` ("off"), `--api-repeat` runs per side
+(default 3) interleaved off, on, on, off, off, on; a side's run starts
+once the agent's cache holds every pod ("on") and every file is open.
+RSS average = mean of VmRSS sampled every second over the window.
+
 Results: stdout and bench/results/kubernetes-<UTC date>.md. Standard
 library only.
 """
@@ -154,7 +168,11 @@ def nginx_messages(n, seed=3):
 
 
 def writer_main(a):
-    files = [open(p, "ab", buffering=0) for p in a.writer_files]
+    paths = list(a.writer_files or [])
+    if a.writer_files_from:
+        with open(a.writer_files_from) as f:
+            paths += f.read().split()
+    files = [open(p, "ab", buffering=0) for p in paths]
     msgs = nginx_messages(4096)
     pre = [m.split(b"%TIME%") for m in msgs]
     per_sec = a.writer_rate * 1e6 / MSG_BYTES
@@ -192,10 +210,10 @@ def writer_main(a):
 
 # --- one run -------------------------------------------------------------------
 
-def kube_source(pods_dir, runtime, include):
+def kube_source(pods_dir, runtime, include, extra=""):
     inc = f"    include: {include}\n" if include else ""
     return (f"sources:\n  - type: kubernetes_logs\n    id: pods\n    pods_dir: {pods_dir}\n"
-            f"    docker_dir: {pods_dir}/../docker\n    runtime: {runtime}\n{inc}"
+            f"    docker_dir: {pods_dir}/../docker\n    runtime: {runtime}\n{inc}{extra}"
             f"sinks:\n  - type: blackhole\n    id: null\n")
 
 
@@ -208,7 +226,6 @@ def file_source(paths):
 
 def run(a, rate, pipelines):
     work = tempfile.mkdtemp(prefix="petrel-kbench-")
-    agent = writer = None
     try:
         pods = os.path.join(work, "pods")
         os.makedirs(os.path.join(work, "docker"))
@@ -237,13 +254,37 @@ def run(a, rate, pipelines):
                         f.write(file_source([path]))
                     else:
                         f.write(kube_source(pods, a.runtime, f"{{ pods: [{pod}] }}"))
+        row = measure(a, work, cfg, files, rate)
+        row["pipelines"] = pipelines or 1
+        return row
+    finally:
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def metric(addr, name, labels=""):
+    """The sum of `name` series whose labels contain `labels`, or None."""
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=30).read().decode()
+    found = None
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if labels in line:
+                found = (found or 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def measure(a, work, cfg, files, rate, env=None, ready=None):
+    """Starts the agent on `cfg`, waits for `ready(addr)` (when given), writes
+    `rate` MB/s over `files` for warm-up + window, and returns the row."""
+    agent = writer = None
+    try:
         log = open(os.path.join(work, "petrel.log"), "w+")
         args = [a.bin, "run", "--config", cfg, "--data-dir", os.path.join(work, "data"),
                 "--api-addr", "127.0.0.1:0", "--log-level", "info"]
         if a.threads:
             args += ["--threads", str(a.threads)]
         agent = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=log)
+                                 stderr=log, env={**os.environ, **(env or {})})
         addr = None
         deadline = time.monotonic() + 300
         while addr is None and time.monotonic() < deadline:
@@ -258,18 +299,31 @@ def run(a, rate, pipelines):
         if addr is None:
             log.seek(0)
             sys.exit("petrel did not start within 300 s; its log ends with:\n" + log.read()[-3000:])
+        if ready is not None:
+            t0 = time.monotonic()
+            while not ready(addr):
+                if time.monotonic() - t0 > 300:
+                    log.seek(0)
+                    sys.exit("the agent was not ready within 300 s; its log ends with:\n" + log.read()[-3000:])
+                time.sleep(0.5)
         time.sleep(2)  # discovery of the (empty) files
         started_rss = status_mb(agent.pid, "VmRSS")
+        list_file = os.path.join(work, "writer-files")
+        with open(list_file, "w") as f:
+            f.write("\n".join(files) + "\n")
         writer = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--writer", "--writer-rate", str(rate),
              "--writer-duration", str(a.warmup + a.window), "--writer-tick", str(a.flush_ms / 1000),
-             *[x for p in files for x in ("--writer-file", p)]],
+             "--writer-files-from", list_file],
             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         load0 = loadavg()
         time.sleep(a.warmup)
         c0, s0, w0 = tick_seconds(agent.pid), sched_seconds(agent.pid), time.monotonic()
         wc0 = tick_seconds(writer.pid)
-        time.sleep(a.window)
+        rss_samples = []
+        while time.monotonic() - w0 < a.window:
+            rss_samples.append(status_mb(agent.pid, "VmRSS"))
+            time.sleep(min(1.0, max(0.0, a.window - (time.monotonic() - w0))))
         c1, s1, w1 = tick_seconds(agent.pid), sched_seconds(agent.pid), time.monotonic()
         wc1 = tick_seconds(writer.pid)
         rss_end = status_mb(agent.pid, "VmRSS")
@@ -287,11 +341,11 @@ def run(a, rate, pipelines):
         delivered = sink_events(addr)
         row = {
             "rate_mb_s": rate,
-            "pipelines": pipelines or 1,
             "cpu_pct": round(100 * (c1 - c0) / (w1 - w0), 2),
             "cpu_sched_pct": round(100 * (s1 - s0) / (w1 - w0), 2) if s0 is not None and s1 is not None else None,
             "peak_rss_mb": round(status_mb(agent.pid, "VmHWM"), 1),
             "rss_mb": round(rss_end, 1),
+            "rss_avg_mb": round(sum(rss_samples) / len(rss_samples), 1),
             "rss_before_mb": round(started_rss, 1),
             "threads": threads(agent.pid),
             "writer_cpu_pct": round(100 * (wc1 - wc0) / (w1 - w0), 2),
@@ -304,7 +358,7 @@ def run(a, rate, pipelines):
         print(json.dumps(row), file=sys.stderr, flush=True)
         if delivered != written:
             sys.exit(f"FAIL: {written} lines written, {delivered} delivered "
-                     f"(rate {rate} MB/s, {pipelines or 1} pipelines); agent log: {log.name}")
+                     f"(rate {rate} MB/s); agent log: {log.name}")
         return row
     finally:
         for p in (writer, agent):
@@ -315,8 +369,115 @@ def run(a, rate, pipelines):
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+
+
+# --- API metadata on and off (the issue's CPU row) ------------------------------
+
+API_NODE = "bench-node"
+
+
+def start_apiserver(a, work):
+    """The `kube_apiserver` example with `a.api_pods` pods on API_NODE: (its
+    process, the JSON it printed)."""
+    if not os.path.exists(a.apiserver_bin):
+        sys.exit(f"{a.apiserver_bin} missing: cargo build --workspace --profile ci --locked "
+                 "--example kube_apiserver (and scripts/kube-apiserver.sh)")
+    p = subprocess.Popen([a.apiserver_bin, work, str(a.api_pods), API_NODE],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    line = p.stdout.readline()
+    if not line:
+        p.wait(timeout=60)
+        sys.exit(f"the kube_apiserver example exited ({p.returncode}) before it was ready")
+    return p, json.loads(line)
+
+
+def run_api(a, side, pods_dir, files, kubeconfig, n_pods):
+    work = tempfile.mkdtemp(prefix="petrel-kbench-api-")
+    try:
+        for f in files:
+            open(f, "wb").close()  # every run reads its own lines only
+        if side == "on":
+            extra = f"    api: true\n    kubeconfig: {kubeconfig}\n    annotation_fields: [team-owner]\n"
+        else:
+            extra = "    api: false\n    annotation_fields: [team-owner]\n"
+        cfg = os.path.join(work, "k8s.yaml")
+        with open(cfg, "w") as f:
+            f.write(kube_source(pods_dir, "none", None, extra))
+
+        def ready(addr):
+            if side == "on" and metric(addr, "petrel_kubernetes_api_objects", 'resource="pods"') != n_pods:
+                return False
+            return (metric(addr, "petrel_files_open") or 0) >= len(files)
+        row = measure(a, work, cfg, files, a.api_rate, env={"NODE_NAME": API_NODE}, ready=ready)
+        row["side"] = side
+        return row
+    finally:
         if not os.environ.get("BENCH_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
+
+
+def api_mode(a):
+    work = tempfile.mkdtemp(prefix="petrel-kbench-apiserver-")
+    server = None
+    try:
+        server, info = start_apiserver(a, work)
+        pods_dir = os.path.join(work, "pods")
+        os.makedirs(os.path.join(work, "docker"))
+        files = []
+        for name, uid in info["pods"]:
+            d = os.path.join(pods_dir, f"{info['namespace']}_{name}_{uid}", "app")
+            os.makedirs(d)
+            files.append(os.path.join(d, "0.log"))
+        order = (["off", "on", "on", "off"] * a.api_repeat)[:2 * a.api_repeat]
+        rows = [run_api(a, side, pods_dir, files, info["kubeconfig"], len(info["pods"])) for side in order]
+        return rows, len(info["pods"])
+    finally:
+        if server is not None:
+            server.stdin.close()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def api_table(rows, n_pods, rate):
+    out = [f"### Runs in order ({n_pods} pods, {rate:g} MB/s spread over their files)", "",
+           "| # | API metadata | CPU % | (sched) | RSS avg MB | RSS end MB | peak RSS MB | threads | "
+           "lines written = delivered | writer CPU % | load |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for i, r in enumerate(rows, 1):
+        out.append(f"| {i} | {r['side']} | {r['cpu_pct']} | {r['cpu_sched_pct']} | {r['rss_avg_mb']} | "
+                   f"{r['rss_mb']} | {r['peak_rss_mb']} | {r['threads']} | {r['delivered']} | "
+                   f"{r['writer_cpu_pct']} | {r['load']} |")
+    out += ["", "### Median (range) per side", "",
+            "| API metadata | CPU % | (sched) | RSS avg MB | peak RSS MB |", "|---|---:|---:|---:|---:|"]
+    med = {}
+    for side in ("off", "on"):
+        rs = [r for r in rows if r["side"] == side]
+        cells = []
+        for k in ("cpu_pct", "cpu_sched_pct", "rss_avg_mb", "peak_rss_mb"):
+            xs = [r[k] for r in rs if r[k] is not None]
+            med[(side, k)] = median(xs)
+            cells.append(f"{median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})")
+        out.append(f"| {side} | " + " | ".join(cells) + " |")
+    d_cpu = med[("on", "cpu_pct")] - med[("off", "cpu_pct")]
+    d_sched = med[("on", "cpu_sched_pct")] - med[("off", "cpu_sched_pct")]
+    d_rss = med[("on", "rss_avg_mb")] - med[("off", "rss_avg_mb")]
+    d_peak = med[("on", "peak_rss_mb")] - med[("off", "peak_rss_mb")]
+    met = d_sched <= 0.2 and d_rss <= 10 and d_peak <= 10
+    out += ["", f"on − off (medians): CPU {d_cpu:+.2f} points (sched {d_sched:+.2f}; target ≤ +0.2), "
+            f"RSS avg {d_rss:+.1f} MB, peak RSS {d_peak:+.1f} MB (target ≤ +10 MB): "
+            f"{'met' if met else 'NOT met'}"]
+    return out
 
 
 # --- report ------------------------------------------------------------------
@@ -344,7 +505,8 @@ def header(a):
         f"- petrel: {sh(a.bin, '--version')}, binary sha256 {sha256(a.bin)[:12]}, "
         f"working tree {sh('git', 'rev-parse', '--short', 'HEAD')}"
         f"{' (modified)' if sh('git', 'status', '--porcelain', '--untracked-files=no') else ''}",
-        f"- runtime: {a.runtime}; writer flush every {a.flush_ms:g} ms; window {a.window:g} s after {a.warmup:g} s warm-up; 4 containers, "
+        f"- runtime: {'none' if a.mode == 'api' else a.runtime}; writer flush every {a.flush_ms:g} ms; window {a.window:g} s after {a.warmup:g} s warm-up; "
+        f"{str(a.api_pods) + ' pods (one container each)' if a.mode == 'api' else '4 containers'}, "
         f"{MSG_BYTES}-byte nginx messages, CRI-wrapped (MB/s counts message bytes; the CRI prefix and "
         f"newline add 41 bytes per line, see file MB/s)",
         "- CPU % = agent utime+stime over the window / wall × 100 (sched: se.sum_exec_runtime); "
@@ -386,7 +548,11 @@ def pipelines_table(rows):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["rates", "pipelines", "both"], default="both")
+    p.add_argument("--mode", choices=["rates", "pipelines", "both", "api"], default="both")
+    p.add_argument("--api-pods", type=int, default=1000)
+    p.add_argument("--api-rate", type=float, default=3)
+    p.add_argument("--api-repeat", type=int, default=3, help="runs per side (API metadata on, off)")
+    p.add_argument("--apiserver-bin", default=os.path.join(ROOT, "target", "ci", "examples", "kube_apiserver"))
     p.add_argument("--rates", default="1,2,3")
     p.add_argument("--pipelines", default="50,100,500,1000")
     p.add_argument("--pipeline-rate", type=float, default=3)
@@ -404,6 +570,7 @@ def main():
     p.add_argument("--writer-rate", type=float, help=argparse.SUPPRESS)
     p.add_argument("--writer-duration", type=float, help=argparse.SUPPRESS)
     p.add_argument("--writer-file", action="append", dest="writer_files", help=argparse.SUPPRESS)
+    p.add_argument("--writer-files-from", help=argparse.SUPPRESS)
     p.add_argument("--writer-tick", type=float, default=TICK, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.writer:
@@ -412,6 +579,10 @@ def main():
     if a.mode in ("rates", "both"):
         rows = [run(a, float(r), None) for r in a.rates.split(",")]
         lines += ["## Rates (one pipeline, all 4 containers)", ""] + rates_table(rows) + [""]
+    if a.mode == "api":
+        rows, n_pods = api_mode(a)
+        lines += [f"## kubernetes_logs with Kubernetes API metadata on and off ({n_pods} pods on the node, "
+                  f"{a.api_rate:g} MB/s)", ""] + api_table(rows, n_pods, a.api_rate) + [""]
     if a.mode in ("pipelines", "both"):
         rows = [run(a, a.pipeline_rate, int(n)) for n in a.pipelines.split(",")]
         lines += [f"## Pipelines at {a.pipeline_rate:g} MB/s (4 select a writing pod each, the rest absent pods)",

@@ -5,7 +5,10 @@
 //! the API (no controller runs), and writes the pods' logs where kubelet
 //! would (`<pods_dir>/<ns>_<pod>_<uid>/<container>/0.log`). The source runs
 //! with `runtime: none`, so every field beyond the path's comes from the
-//! API server.
+//! API server. One test runs real containers instead: a private containerd
+//! (`scripts/cri-lab.sh`, through `petrel_cri::lab`) runs the pods the API
+//! server knows, under the same names and uids, and `kubernetes_logs` and
+//! `container_files` read them with `runtime: containerd` and `api: true`.
 //!
 //! One API server at a time ([`SERIAL`]): each takes a core while it
 //! starts, and the machine has two.
@@ -961,4 +964,201 @@ fn a_thousand_pods_on_the_node_memory_per_pod() {
             .is_none(),
         "{ev}"
     );
+}
+
+/// Pods created through the API server (a Deployment's through its
+/// ReplicaSet, a CronJob's through its Job, all bound to [`NODE`]) run as
+/// real containers in a private containerd under the same namespace, names
+/// and uids, so containerd writes their logs and describes them over CRI.
+/// `kubernetes_logs` (their stdout) and `container_files` (a file inside
+/// one) both run with `runtime: containerd` and `api: true`: each event
+/// carries the runtime's fields (container id, image, restart count, the
+/// labels the container was started with) and the API server's (namespace
+/// and node labels, the owning workloads, the pod IP).
+#[test]
+fn containerd_containers_of_api_pods_carry_runtime_and_api_fields() {
+    use petrel_cri::lab::Containerd;
+    use std::collections::BTreeMap;
+    const IMAGE: &str = "localhost/crilab/busybox:1";
+    let _g = serial();
+    let k = KubeApiServer::start();
+    namespace(&k, "shop", json!({"team": "checkout"}), json!({}));
+    node(
+        &k,
+        NODE,
+        json!({"topology.kubernetes.io/zone": "z1", "pool": "general"}),
+    );
+    let web = deployment_pod(&k, "shop", "web", "web-7d9f8-x1");
+    k.patch(
+        "/api/v1/namespaces/shop/pods/web-7d9f8-x1/status",
+        json!({"status": {"podIP": "192.0.2.21", "podIPs": [{"ip": "192.0.2.21"}]}}),
+    );
+    let cj = workload(
+        &k,
+        "/apis/batch/v1",
+        "cronjobs",
+        "shop",
+        "backup",
+        json!({"schedule": "0 3 * * *", "jobTemplate": {"spec": job_spec()}}),
+        None,
+    );
+    let job = workload(
+        &k,
+        "/apis/batch/v1",
+        "jobs",
+        "shop",
+        "backup-2902",
+        job_spec(),
+        Some(owner("batch/v1", "CronJob", "backup", &cj)),
+    );
+    let backup = pod(
+        &k,
+        "shop",
+        "backup-2902-z",
+        NODE,
+        json!({"app": "backup"}),
+        Some(owner("batch/v1", "Job", "backup-2902", &job)),
+    );
+
+    let cd = Containerd::start().expect("start containerd (scripts/cri-lab.sh setup first)");
+    let lab = cd.client().expect("CRI client");
+    let dir = tempdir();
+    let (logs_out, files_out) = (
+        dir.path().join("logs.ndjson"),
+        dir.path().join("files.ndjson"),
+    );
+    let kubeconfig = k.kubeconfig(dir.path(), None);
+    let conf = dir.path().join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let api_keys = format!(
+        "    runtime: containerd\n    containerd_socket: {}\n    api: true\n    kubeconfig: {}\n    metadata_wait_ms: 30000\n",
+        cd.socket().display(),
+        kubeconfig.display()
+    );
+    let sink = |p: &Path| {
+        format!(
+            "sinks:\n  - type: file\n    path: {}\n    encoding: ndjson\n",
+            p.display()
+        )
+    };
+    write_config(
+        &conf,
+        "logs",
+        &format!(
+            "sources:\n  - type: kubernetes_logs\n    id: pods\n    pods_dir: {}\n    docker_dir: {}\n{api_keys}{}",
+            cd.pods_dir().display(),
+            dir.path().join("no-docker").display(),
+            sink(&logs_out)
+        ),
+    );
+    write_config(
+        &conf,
+        "files",
+        &format!(
+            "sources:\n  - type: container_files\n    id: inside\n    paths: [\"/var/log/app/*.log\"]\n{api_keys}    include: {{ namespace_labels: {{ team: checkout }} }}\n{}",
+            sink(&files_out)
+        ),
+    );
+    let agent = Agent::start_with(&conf, &dir.path().join("data"), opts(&[]));
+
+    let run = |name: &str, uid: &str, app: &str, script: &str| {
+        let labels: BTreeMap<String, String> = [("app".to_string(), app.to_string())].into();
+        let pod_dir = cd.pods_dir().join(format!("shop_{name}_{uid}"));
+        let sandbox = lab
+            .run_pod_sandbox(name, "shop", uid, &labels, &BTreeMap::new(), &pod_dir)
+            .unwrap_or_else(|e| panic!("run pod {name}: {e}\n{}", cd.log_tail(20)));
+        lab.create_and_start_container(
+            &sandbox,
+            "main",
+            IMAGE,
+            &["sh", "-c", script],
+            "main/0.log",
+            0,
+        )
+        .unwrap_or_else(|e| panic!("start {name}/main: {e}\n{}", cd.log_tail(20)))
+    };
+    let web_c = run(
+        "web-7d9f8-x1",
+        &web,
+        "web",
+        "mkdir -p /var/log/app; echo web-out-1; echo web-out-2; echo file-1 >> /var/log/app/app.log; echo file-2 >> /var/log/app/app.log; exec sleep 600",
+    );
+    let backup_c = run(
+        "backup-2902-z",
+        &backup,
+        "backup",
+        "echo backup-out-1; exec sleep 600",
+    );
+
+    let api_fields = |ev: &Value| {
+        assert_eq!(field(ev, "k8s.namespace_labels.team"), "checkout", "{ev}");
+        assert_eq!(
+            field(ev, "k8s.node_labels.topology.kubernetes.io/zone"),
+            "z1",
+            "{ev}"
+        );
+        assert_eq!(field(ev, "k8s.node_labels.pool"), "general", "{ev}");
+        assert_eq!(field(ev, "k8s.node_name"), NODE, "{ev}");
+    };
+
+    // kubernetes_logs: containerd's log file of web's container.
+    let ev = event(&logs_out, "web-out-2");
+    api_fields(&ev);
+    assert_eq!(field(&ev, "k8s.namespace"), "shop", "{ev}");
+    assert_eq!(field(&ev, "k8s.pod_name"), "web-7d9f8-x1", "{ev}");
+    assert_eq!(field(&ev, "k8s.pod_uid"), web, "{ev}");
+    assert_eq!(field(&ev, "k8s.container_name"), "main", "{ev}");
+    assert_eq!(field(&ev, "k8s.restart_count"), "0", "{ev}");
+    assert_eq!(field(&ev, "stream"), "stdout", "{ev}");
+    assert_eq!(field(&ev, "container.id"), web_c, "{ev}");
+    assert_eq!(field(&ev, "container.image"), IMAGE, "{ev}");
+    assert_eq!(field(&ev, "k8s.labels.app"), "web", "{ev}");
+    assert_eq!(field(&ev, "k8s.replicaset"), "web-7d9f8", "{ev}");
+    assert_eq!(field(&ev, "k8s.deployment"), "web", "{ev}");
+    assert_eq!(field(&ev, "k8s.pod_ip"), "192.0.2.21", "{ev}");
+    let ev = event(&logs_out, "backup-out-1");
+    api_fields(&ev);
+    assert_eq!(field(&ev, "container.id"), backup_c, "{ev}");
+    assert_eq!(field(&ev, "k8s.labels.app"), "backup", "{ev}");
+    assert_eq!(field(&ev, "k8s.job"), "backup-2902", "{ev}");
+    assert_eq!(field(&ev, "k8s.cronjob"), "backup", "{ev}");
+    assert!(ev.get("k8s.deployment").is_none(), "{ev}");
+    assert!(ev.get("k8s.pod_ip").is_none(), "no IP set: {ev}");
+
+    // container_files: the file inside web's container, selected by its
+    // namespace's label (which only the API server knows).
+    let f1 = event(&files_out, "file-1");
+    event(&files_out, "file-2");
+    api_fields(&f1);
+    assert_eq!(field(&f1, "k8s.namespace"), "shop", "{f1}");
+    assert_eq!(field(&f1, "k8s.pod_name"), "web-7d9f8-x1", "{f1}");
+    assert_eq!(field(&f1, "k8s.pod_uid"), web, "{f1}");
+    assert_eq!(field(&f1, "k8s.container_name"), "main", "{f1}");
+    assert_eq!(field(&f1, "container.id"), web_c, "{f1}");
+    assert_eq!(field(&f1, "container.image"), IMAGE, "{f1}");
+    assert_eq!(field(&f1, "k8s.labels.app"), "web", "{f1}");
+    assert_eq!(field(&f1, "k8s.deployment"), "web", "{f1}");
+    assert_eq!(field(&f1, "k8s.replicaset"), "web-7d9f8", "{f1}");
+    assert_eq!(field(&f1, "k8s.pod_ip"), "192.0.2.21", "{f1}");
+    assert!(
+        field(&f1, "file").ends_with("/root/var/log/app/app.log"),
+        "{f1}"
+    );
+    assert_eq!(json_lines(&files_out).len(), 2, "only web writes a file");
+    // Every container was known to both in time: nothing read without
+    // its metadata.
+    for (pipeline, source) in [("logs", "pods"), ("files", "inside")] {
+        assert_eq!(
+            agent.metric_or_zero(
+                "petrel_component_errors_total",
+                &source_error(pipeline, source, "metadata_missing")
+            ),
+            0.0,
+            "{pipeline}/{source}: {}",
+            agent.stderr()
+        );
+    }
+    assert_eq!(all_api_errors(&agent, "http_403"), 0.0);
+    drop(agent);
+    drop(cd);
 }

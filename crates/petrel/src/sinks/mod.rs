@@ -19,6 +19,7 @@ pub mod loki;
 #[cfg(feature = "opentelemetry")]
 pub mod opentelemetry;
 pub mod stdout;
+pub mod origin;
 pub mod template;
 pub mod tls;
 mod writer;

@@ -20,6 +20,8 @@ pub mod loki;
 pub mod opentelemetry;
 pub mod stdout;
 pub mod origin;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod template;
 pub mod tls;
 mod writer;

@@ -143,6 +143,15 @@ def write_pipeline(path, log_file, sink, read_from, parse=None, sink_path=None):
     elif sink.startswith("opentelemetry:"):
         sink_yaml = (f"  - type: opentelemetry\n    endpoint: {json.dumps(sink[len('opentelemetry:'):] + '/v1/logs')}\n"
                      "    protocol: http\n")
+    elif sink.startswith("s3:"):
+        # s3:URL, a versitygw started by bench/s3.sh with these root keys
+        # and a bucket `bench`; gzip objects of 10 MiB of lines (the
+        # default), closed 2 s after they open so that the run's last
+        # object does not wait for the default 5 minutes.
+        sink_yaml = (f"  - type: s3\n    endpoint: {json.dumps(sink[len('s3:'):])}\n    bucket: bench\n"
+                     "    auth: { access_key_id: bench-key, secret_access_key: bench-secret-0123456789 }\n"
+                     "    key_prefix: \"json512/\"\n    compression: gzip\n"
+                     "    batch: { timeout_ms: 2000 }\n")
     elif sink.startswith("kafka:"):
         # kafka:HOST:PORT, a broker started by bench/pipelines.sh.
         sink_yaml = (f"  - type: kafka\n    brokers: [{json.dumps(sink[len('kafka:'):])}]\n"
@@ -847,7 +856,7 @@ def main():
                    help="events expected at the sink; 0 = wait for committed offset == size")
     t.add_argument("--sink", required=True,
                    help="blackhole, text, ndjson (file sink on /dev/null), ndjson-file:PATH, "
-                        "elasticsearch:URL, loki:URL, loki-json:URL, http:URL, opentelemetry:URL")
+                        "elasticsearch:URL, loki:URL, loki-json:URL, http:URL, opentelemetry:URL, s3:URL")
     t.add_argument("--sink-dir", metavar="DIR",
                    help="text/ndjson: the file sink writes DIR/sink-PID.SINK instead of "
                         "/dev/null; the output is checked after the run and deleted")

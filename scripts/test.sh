@@ -4,6 +4,7 @@
 # broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh),
 # a real OpenSearch 2.19.6 node (built from Maven Central into .cache/ by
 # scripts/opensearch.sh), a real VictoriaLogs (go install, scripts/victorialogs.sh),
+# a real Versity S3 gateway v1.8.0 (go install, scripts/versitygw.sh),
 # a real OpenTelemetry Collector v0.161.0 (built with its builder into
 # .cache/ by scripts/otelcol.sh), a real Kubernetes API server (kube-apiserver
 # v1.34.4 built into .cache/ by scripts/kube-apiserver.sh, over Debian's etcd)
@@ -58,6 +59,8 @@ if ! command -v go >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go
 fi
 ./scripts/victorialogs.sh
+echo "== build versitygw v1.8.0 with go install (s3 sink tests)"
+./scripts/versitygw.sh
 echo "== build kube-apiserver v1.34.4 from the Go module proxy, etcd from Debian (kubernetes_api tests)"
 ./scripts/kube-apiserver.sh
 echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry sink and source tests (Go)"

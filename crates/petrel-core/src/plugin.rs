@@ -327,6 +327,17 @@ pub trait SinkConfig: std::fmt::Debug + Send + Sync {
     fn type_name(&self) -> &'static str;
     /// Creates the running sink; `metrics` are its counters.
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>>;
+    /// Creates the running sink with the agent's settings, for a sink that
+    /// keeps state of its own in the data dir (the s3 sink's record of the
+    /// objects it wrote). By default [`SinkConfig::build`].
+    fn build_with(
+        &self,
+        metrics: ComponentMetrics,
+        engine: &EngineOptions,
+    ) -> anyhow::Result<Arc<dyn Sink>> {
+        let _ = engine;
+        self.build(metrics)
+    }
     /// The local file this sink writes, when it writes one: sources must
     /// not read it back unless it says so.
     fn output_file(&self) -> Option<OutputFile<'_>> {

@@ -54,6 +54,8 @@ pub static SINKS: &[&SinkPlugin] = &[
     &sinks::elasticsearch::PLUGIN,
     #[cfg(feature = "loki")]
     &sinks::loki::PLUGIN,
+    #[cfg(feature = "s3")]
+    &sinks::s3::PLUGIN,
     #[cfg(feature = "opentelemetry")]
     &sinks::opentelemetry::PLUGIN,
 ];

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use petrel_core::config::{Map, Node};
+use petrel_core::config::Map;
 use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
@@ -39,7 +39,8 @@ use super::driver::{
     self, Answer, Batch, Compression, DeadRecord, Framing, Item, RequestSink, Selection, Settings,
     Wording,
 };
-use super::template::Template;
+use super::origin::{id_text, origin_id};
+use super::template::{Template, TimeTemplate};
 
 /// Keys accepted by the elasticsearch sink. `id` is the document id
 /// setting, so the component's own id is `component_id`.
@@ -153,93 +154,7 @@ pub enum DocId {
 
 /// An index name: `{{ field }}` templates, and strftime (`%Y.%m.%d`) of
 /// the event time in its literal text.
-#[derive(Debug, Clone)]
-pub struct IndexName {
-    template: Template,
-}
-
-/// strftime conversions accepted in index names.
-const TIME_CONVERSIONS: &[char] = &['Y', 'y', 'm', 'd', 'H', 'M', 'S', 'j', '%'];
-
-impl IndexName {
-    fn parse(text: &str, node: Node<'_>) -> Option<Self> {
-        let template = Template::parse(text, node)?;
-        for lit in template.literals() {
-            let mut chars = lit.chars();
-            while let Some(c) = chars.next() {
-                if c != '%' {
-                    continue;
-                }
-                match chars.next() {
-                    Some(x) if TIME_CONVERSIONS.contains(&x) => {}
-                    other => {
-                        node.error(format!(
-                            "`%{}` in index `{text}` is not supported; use %Y %y %m %d %H %M %S %j or %%",
-                            other.map(String::from).unwrap_or_default()
-                        ));
-                        return None;
-                    }
-                }
-            }
-        }
-        Some(Self { template })
-    }
-
-    /// True when the name has no `{{ field }}` (it depends on the time
-    /// only).
-    fn is_static(&self) -> bool {
-        self.template.as_static().is_some()
-    }
-
-    /// Renders the name for `ev` at time `ns` into `out`; false when a
-    /// template field is missing (it renders as nothing).
-    fn render(
-        &self,
-        ev: &petrel_core::Event,
-        batch: &EventBatch,
-        ns: i64,
-        out: &mut String,
-    ) -> bool {
-        self.template
-            .render_with(ev, batch, out, |lit, o| strftime(lit, ns, o))
-    }
-}
-
-/// Expands the conversions of [`TIME_CONVERSIONS`] in `lit` for `ns` (UTC).
-fn strftime(lit: &str, ns: i64, out: &mut String) {
-    use std::fmt::Write;
-    if !lit.contains('%') {
-        out.push_str(lit);
-        return;
-    }
-    let secs = ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = petrel_time::civil_from_days(days);
-    let mut chars = lit.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        let _ = match chars.next() {
-            Some('Y') => write!(out, "{y:04}"),
-            Some('y') => write!(out, "{:02}", y.rem_euclid(100)),
-            Some('m') => write!(out, "{m:02}"),
-            Some('d') => write!(out, "{d:02}"),
-            Some('H') => write!(out, "{:02}", sod / 3600),
-            Some('M') => write!(out, "{:02}", sod % 3600 / 60),
-            Some('S') => write!(out, "{:02}", sod % 60),
-            Some('j') => write!(
-                out,
-                "{:03}",
-                days - petrel_time::days_from_civil(y, 1, 1) + 1
-            ),
-            Some(x) => write!(out, "{x}"),
-            None => write!(out, "%"),
-        };
-    }
-}
+pub type IndexName = TimeTemplate;
 
 /// Configuration of the elasticsearch sink.
 #[derive(Debug, Clone)]
@@ -316,6 +231,7 @@ impl ElasticsearchConfig {
             IndexName::parse(
                 &format!("{ty}-{dataset}-{namespace}"),
                 ds_node.unwrap_or(map.node()),
+                "index",
             )?
         } else {
             if let Some(n) = map.get("data_stream") {
@@ -323,8 +239,8 @@ impl ElasticsearchConfig {
                 return None;
             }
             match map.get("index") {
-                Some(n) => IndexName::parse(n.as_str()?, n)?,
-                None => IndexName::parse("petrel-%Y.%m.%d", map.node())?,
+                Some(n) => IndexName::parse(n.as_str()?, n, "index")?,
+                None => IndexName::parse("petrel-%Y.%m.%d", map.node(), "index")?,
             }
         };
         let id = match map.get("id") {
@@ -492,31 +408,6 @@ impl ElasticsearchSink {
     fn with_auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         self.config.auth.apply(rb)
     }
-}
-
-/// Renders 16 bytes as 22 characters of unpadded url-safe base64.
-fn id_text(h: u128, out: &mut Vec<u8>) {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    // 128 bits are 21 groups of six and two bits left over.
-    for i in 0..22u32 {
-        let shift = 128i32 - 6 * (i as i32 + 1);
-        let v = if shift >= 0 {
-            (h >> shift) & 63
-        } else {
-            (h << -shift) & 63
-        };
-        out.push(ALPHABET[v as usize]);
-    }
-}
-
-/// The id of the event read at `offset` of stream `stream`: XXH3-128 of
-/// both, fixed by the hash's specification so ids stay the same across
-/// builds and restarts.
-fn origin_id(stream: u128, offset: u64) -> u128 {
-    let mut input = [0u8; 24];
-    input[..16].copy_from_slice(&stream.to_le_bytes());
-    input[16..].copy_from_slice(&offset.to_le_bytes());
-    twox_hash::XxHash3_128::oneshot(&input)
 }
 
 fn now_ns() -> i64 {
@@ -870,7 +761,7 @@ impl petrel_core::plugin::SinkConfig for ElasticsearchConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use petrel_core::config::{parse_yaml, ConfigErrors};
+    use petrel_core::config::{parse_yaml, ConfigErrors, Node};
     use petrel_core::{Event, Origin, SourceInfo, Span, Value};
 
     fn config(yaml: &str) -> Result<ElasticsearchConfig, String> {
@@ -1012,35 +903,6 @@ mod tests {
         assert!(matches!(c.id, DocId::Auto));
         assert_eq!(c.max_bytes, 5 << 20);
     }
-
-    #[test]
-    fn strftime_and_ids_are_stable() {
-        let mut s = String::new();
-        strftime(
-            "x-%Y.%m.%d %H:%M:%S %j %y %%",
-            1_700_000_000_000_000_000,
-            &mut s,
-        );
-        assert_eq!(s, "x-2023.11.14 22:13:20 318 23 %");
-        let mut out = Vec::new();
-        id_text(0, &mut out);
-        assert_eq!(out, b"AAAAAAAAAAAAAAAAAAAAAA");
-        out.clear();
-        id_text(u128::MAX, &mut out);
-        assert_eq!(
-            out, b"_____________________w",
-            "base64url of 16 bytes of 0xff"
-        );
-        out.clear();
-        id_text(1u128 << 127, &mut out);
-        assert_eq!(out, b"gAAAAAAAAAAAAAAAAAAAAA");
-        // Pinned: ids already written to servers must stay valid.
-        out.clear();
-        id_text(origin_id(7, 42), &mut out);
-        assert_eq!(String::from_utf8_lossy(&out), PINNED_ID);
-    }
-
-    const PINNED_ID: &str = "TpesrnaBEtyTEBFeKPFCcQ";
 
     #[test]
     fn bulk_url_keeps_a_path_prefix() {

@@ -19,6 +19,9 @@ pub mod loki;
 #[cfg(feature = "opentelemetry")]
 pub mod opentelemetry;
 pub mod stdout;
+pub mod origin;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod template;
 pub mod tls;
 mod writer;

@@ -287,8 +287,13 @@ impl Topology {
         let mut sinks = Vec::new();
         for (i, (id, c)) in p.sinks.iter().enumerate() {
             let m = self.metrics.component(&p.name, "sink", id, c.type_name());
+            let engine = EngineOptions {
+                data_dir: self.opts.data_dir.clone(),
+                checkpoint_ttl: self.opts.checkpoint_ttl,
+                shutdown_timeout: self.opts.shutdown_timeout,
+            };
             let sink = c
-                .build(m.clone())
+                .build_with(m.clone(), &engine)
                 .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
             sinks.push(BuiltSink {
                 id: id.clone(),

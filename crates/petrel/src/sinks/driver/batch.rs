@@ -347,6 +347,25 @@ impl Compression {
         }
     }
 
+    /// `body` compressed, appended to `out` (a gzip member or a zstd
+    /// frame: such pieces appended one after the other are one valid
+    /// stream).
+    pub fn append(self, body: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+        use std::io::Write;
+        match self {
+            Compression::None => {
+                out.extend_from_slice(body);
+                Ok(())
+            }
+            Compression::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+                e.write_all(body)?;
+                e.finish().map(drop)
+            }
+            Compression::Zstd => zstd::stream::copy_encode(body, out, 3),
+        }
+    }
+
     /// `body` compressed into a new buffer.
     pub fn apply_to(self, body: &[u8]) -> std::io::Result<Vec<u8>> {
         use std::io::Write;

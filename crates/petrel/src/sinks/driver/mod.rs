@@ -36,8 +36,9 @@ use petrel_core::{ComponentMetrics, DeliveryMetrics};
 use prometheus_client::metrics::counter::Counter;
 
 pub use batch::{Batch, Compression, Framing, Selection};
+pub(crate) use batch::SharedAck;
 #[cfg(test)]
-pub(crate) use batch::{RequestAcks, SharedAck};
+pub(crate) use batch::RequestAcks;
 
 use super::congestion::{Backoff, Window};
 use super::dead_letter::{self, Refusal};
@@ -260,13 +261,14 @@ pub fn run<S: RequestSink>(
 ) -> BoxFuture {
     let dm = metrics.delivery();
     let window = Window::new(2, settings.max_in_flight, dm.clone());
+    let calls = Calls::new(S::WORDING, settings.target.clone(), metrics.clone());
     let driver = Arc::new(Driver {
         sink,
         settings,
         metrics,
         dm,
         window,
-        loud: RateLimit::default(),
+        calls,
         partial_log: RateLimit::default(),
     });
     Box::pin(driver.run(rx))
@@ -279,8 +281,9 @@ struct Driver<S> {
     metrics: ComponentMetrics,
     dm: DeliveryMetrics,
     window: Arc<Window>,
-    /// Of the errors an operator must act on.
-    loud: RateLimit,
+    /// The retry and hold policy, shared with sinks that make their own
+    /// calls.
+    calls: Calls,
     /// Of the partial successes.
     partial_log: RateLimit,
 }
@@ -356,7 +359,8 @@ fn hold_reason(status: u16) -> &'static str {
     match status {
         401 => "unauthorized",
         403 => "forbidden",
-        _ => "not_found",
+        404 => "not_found",
+        _ => "refused",
     }
 }
 
@@ -493,20 +497,7 @@ impl<S: RequestSink> Driver<S> {
                 self.transient(n, after, error_type, waits)
             }
             Answer::Hold { status, text } => {
-                let reason = hold_reason(status);
-                self.metrics.error(reason, 1);
-                self.metrics
-                    .failing(format!("{status} ({reason}) from {target}"));
-                self.dm.retried_events.inc_by(n);
-                self.loud(
-                    status,
-                    &text,
-                    &format!(
-                        "{} answers {status} ({reason}); the data waits and is retried: fix {}",
-                        w.peer, w.hold_fix
-                    ),
-                );
-                Next::Again(waits.refused())
+                Next::Again(self.calls.hold(status, &text, n, waits, || self.sink.server()))
             }
             Answer::Refused { split: true, .. } if pending.len() > 1 => Next::Split,
             Answer::Refused { status, text, .. } => {
@@ -539,12 +530,8 @@ impl<S: RequestSink> Driver<S> {
         error_type: &'static str,
         waits: &mut Waits,
     ) -> Next {
-        self.metrics.error(error_type, 1);
-        self.metrics
-            .failing(format!("deliveries to {} fail", self.settings.target));
-        self.dm.retried_events.inc_by(n);
         self.window.on_failure();
-        Next::Again(waits.transient(after))
+        Next::Again(self.calls.transient(n, after, error_type, waits))
     }
 
     /// Acts on one answer per item.
@@ -694,9 +681,133 @@ impl<S: RequestSink> Driver<S> {
 
     /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
     fn loud(&self, status: u16, text: &str, msg: &str) {
+        self.calls.loud(status, text, msg, || self.sink.server());
+    }
+}
+
+/// The driver's policy for a sink that makes its own calls rather than
+/// requests of records (the s3 sink: an object is several calls, and its
+/// events are acknowledged only once the last one succeeded): each call
+/// is made until it succeeds, with the retries, holds, loud errors and
+/// metrics of the requests of [`run`].
+pub struct Calls {
+    wording: Wording,
+    target: String,
+    metrics: ComponentMetrics,
+    dm: DeliveryMetrics,
+    /// Of the errors an operator must act on.
+    loud: RateLimit,
+}
+
+impl Calls {
+    /// The policy of a sink worded `wording` that calls `target`.
+    pub fn new(wording: Wording, target: String, metrics: ComponentMetrics) -> Self {
+        let dm = metrics.delivery();
+        Self {
+            wording,
+            target,
+            metrics,
+            dm,
+            loud: RateLimit::default(),
+        }
+    }
+
+    /// Makes `call` until it succeeds and returns what it gave. A call
+    /// carrying `events` events answered [`Answer::Retry`] is made again
+    /// after the server's wish or the backoff; [`Answer::Hold`] and
+    /// [`Answer::Refused`] (a call cannot be split: an operator must act)
+    /// wait loudly, retried from 0.5 s doubling to 30 s. `what` names the
+    /// call in the log of a retry (an object's key); a held call's answer
+    /// names it itself.
+    pub async fn until_done<T, F, Fut>(&self, events: u64, what: &str, mut call: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Answer>>,
+    {
+        let mut waits = Waits::new();
+        loop {
+            let wait = match call().await {
+                Ok(t) => {
+                    self.metrics.recovered();
+                    return t;
+                }
+                Err(Answer::Retry {
+                    after,
+                    error_type,
+                    why,
+                }) => {
+                    tracing::warn!(error_type, target = %self.target, what, "{}: retryable failure: {why}", self.wording.sink);
+                    self.transient(events, after, error_type, &mut waits)
+                }
+                Err(Answer::Hold { status, text } | Answer::Refused { status, text, .. }) => {
+                    self.hold(status, &text, events, &mut waits, || None)
+                }
+                Err(other) => {
+                    tracing::error!(answer = ?other, what, "{}: unexpected answer; retrying", self.wording.sink);
+                    self.transient(events, None, "request_failed", &mut waits)
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Counts `events` delivered in `bytes` sent, `started` ago.
+    pub fn delivered(&self, events: u64, bytes: u64, started: Instant) {
+        self.metrics.recovered();
+        self.metrics.sent_events.inc_by(events);
+        self.metrics.sent_bytes.inc_by(bytes);
+        self.dm.latency.observe(started.elapsed().as_secs_f64());
+    }
+
+    /// The wait before `n` items are sent again after a transient
+    /// failure, counted.
+    fn transient(
+        &self,
+        n: u64,
+        after: Option<Duration>,
+        error_type: &'static str,
+        waits: &mut Waits,
+    ) -> Duration {
+        self.metrics.error(error_type, 1);
+        self.metrics
+            .failing(format!("deliveries to {} fail", self.target));
+        self.dm.retried_events.inc_by(n);
+        waits.transient(after)
+    }
+
+    /// The wait before `n` items held by a `status` answer are sent
+    /// again, counted and logged loudly.
+    fn hold(
+        &self,
+        status: u16,
+        text: &str,
+        n: u64,
+        waits: &mut Waits,
+        server: impl FnOnce() -> Option<String>,
+    ) -> Duration {
+        let w = self.wording;
+        let reason = hold_reason(status);
+        self.metrics.error(reason, 1);
+        self.metrics
+            .failing(format!("{status} ({reason}) from {}", self.target));
+        self.dm.retried_events.inc_by(n);
+        self.loud(
+            status,
+            text,
+            &format!(
+                "{} answers {status} ({reason}); the data waits and is retried: fix {}",
+                w.peer, w.hold_fix
+            ),
+            server,
+        );
+        waits.refused()
+    }
+
+    /// Logs `msg` as an error at most once per [`LOUD_EVERY`].
+    fn loud(&self, status: u16, text: &str, msg: &str, server: impl FnOnce() -> Option<String>) {
         if self.loud.allow() {
-            let server = self.sink.server().unwrap_or_default();
-            tracing::error!(status, answer = %text, target = %self.settings.target, server = %server, sink = %self.metrics.health_key(), "{}: {msg}", S::WORDING.sink);
+            let server = server().unwrap_or_default();
+            tracing::error!(status, answer = %text, target = %self.target, server = %server, sink = %self.metrics.health_key(), "{}: {msg}", self.wording.sink);
         }
     }
 }

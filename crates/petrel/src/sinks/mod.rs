@@ -18,10 +18,10 @@ pub mod kafka;
 pub mod loki;
 #[cfg(feature = "opentelemetry")]
 pub mod opentelemetry;
-pub mod stdout;
 pub mod origin;
 #[cfg(feature = "s3")]
 pub mod s3;
+pub mod stdout;
 pub mod template;
 pub mod tls;
 mod writer;

@@ -30,7 +30,6 @@ pub fn origin_id(stream: u128, offset: u64) -> u128 {
     twox_hash::XxHash3_128::oneshot(&input)
 }
 
-
 /// The 22-character name of the event read at `offset` of `stream`
 /// ([`origin_id`] as [`id_text`]).
 pub fn origin_name(stream: u128, offset: u64) -> String {

@@ -187,7 +187,13 @@ pub fn strftime(lit: &str, ns: i64, out: &mut String) {
             Some('H') => write!(out, "{:02}", sod / 3600),
             Some('M') => write!(out, "{:02}", sod % 3600 / 60),
             Some('S') => write!(out, "{:02}", sod % 60),
-            Some('T') => write!(out, "{:02}:{:02}:{:02}", sod / 3600, sod % 3600 / 60, sod % 60),
+            Some('T') => write!(
+                out,
+                "{:02}:{:02}:{:02}",
+                sod / 3600,
+                sod % 3600 / 60,
+                sod % 60
+            ),
             Some('s') => write!(out, "{secs}"),
             Some('j') => write!(
                 out,

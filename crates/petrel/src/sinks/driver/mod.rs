@@ -35,10 +35,10 @@ use petrel_core::plugin::{BoxFuture, PayloadReceiver};
 use petrel_core::{ComponentMetrics, DeliveryMetrics};
 use prometheus_client::metrics::counter::Counter;
 
-pub use batch::{Batch, Compression, Framing, Selection};
-pub(crate) use batch::SharedAck;
 #[cfg(test)]
 pub(crate) use batch::RequestAcks;
+pub(crate) use batch::SharedAck;
+pub use batch::{Batch, Compression, Framing, Selection};
 
 use super::congestion::{Backoff, Window};
 use super::dead_letter::{self, Refusal};
@@ -497,7 +497,10 @@ impl<S: RequestSink> Driver<S> {
                 self.transient(n, after, error_type, waits)
             }
             Answer::Hold { status, text } => {
-                Next::Again(self.calls.hold(status, &text, n, waits, || self.sink.server()))
+                Next::Again(
+                    self.calls
+                        .hold(status, &text, n, waits, || self.sink.server()),
+                )
             }
             Answer::Refused { split: true, .. } if pending.len() > 1 => Next::Split,
             Answer::Refused { status, text, .. } => {

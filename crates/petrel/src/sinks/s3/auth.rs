@@ -66,10 +66,8 @@ impl CredentialSource {
     /// `AWS_SESSION_TOKEN`); `None` without either.
     pub fn from_env(region: &str, var: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let set = |name: &str| var(name).filter(|v| !v.is_empty());
-        if let (Some(file), Some(role)) = (
-            set("AWS_WEB_IDENTITY_TOKEN_FILE"),
-            set("AWS_ROLE_ARN"),
-        ) {
+        if let (Some(file), Some(role)) = (set("AWS_WEB_IDENTITY_TOKEN_FILE"), set("AWS_ROLE_ARN"))
+        {
             return Some(CredentialSource::WebIdentity(WebIdentity {
                 token_file: file.into(),
                 role_arn: role,
@@ -120,15 +118,18 @@ impl Provider {
 
     /// The keys to sign the next request with; an STS failure is an
     /// answer like a store's (retried, or held on 403).
-    pub async fn get(&self, client: &reqwest::Client, timeout: Duration) -> Result<Arc<Credentials>, Answer> {
+    pub async fn get(
+        &self,
+        client: &reqwest::Client,
+        timeout: Duration,
+    ) -> Result<Arc<Credentials>, Answer> {
         let w = match &self.source {
             CredentialSource::Static(c) => return Ok(c.clone()),
             CredentialSource::WebIdentity(w) => w,
         };
         let mut cur = self.current.lock().await;
         if let Some(c) = cur.as_ref() {
-            if c
-                .expires
+            if c.expires
                 .is_none_or(|e| unix_now() + REFRESH_BEFORE.as_secs() < e)
             {
                 return Ok(c.creds.clone());
@@ -144,7 +145,10 @@ impl Provider {
         let (url, body) = sts_request(w, token.trim());
         let resp = client
             .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
             .body(body)
             .send()
             .await
@@ -251,7 +255,10 @@ mod tests {
         };
         match CredentialSource::from_env("us-east-1", keys) {
             Some(CredentialSource::Static(c)) => {
-                assert_eq!((c.key(), c.secret(), c.token()), ("AKID", "SECRET", Some("TOKEN")));
+                assert_eq!(
+                    (c.key(), c.secret(), c.token()),
+                    ("AKID", "SECRET", Some("TOKEN"))
+                );
             }
             other => panic!("expected static keys, got {other:?}"),
         }
@@ -268,7 +275,10 @@ mod tests {
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("Action"), Some("AssumeRoleWithWebIdentity"));
         assert_eq!(get("Version"), Some("2011-06-15"));
-        assert_eq!(get("RoleArn"), Some("arn:aws:iam::123456789012:role/petrel"));
+        assert_eq!(
+            get("RoleArn"),
+            Some("arn:aws:iam::123456789012:role/petrel")
+        );
         assert_eq!(get("RoleSessionName"), Some("petrel"));
         assert_eq!(get("WebIdentityToken"), Some("eyJ.a+b/c="));
         assert!(body.contains("WebIdentityToken=eyJ.a%2Bb%2Fc%3D"), "{body}");

@@ -235,7 +235,11 @@ mod tests {
         assert_eq!(j.segment(7, "p/", 150), Segment::Entry(0));
         assert_eq!(j.segment(7, "p/", 151), Segment::Gap(1));
         assert_eq!(j.segment(7, "p/", 350), Segment::Entry(1));
-        assert_eq!(j.segment(7, "p/", 550), Segment::Gap(2), "old records are dropped");
+        assert_eq!(
+            j.segment(7, "p/", 550),
+            Segment::Gap(2),
+            "old records are dropped"
+        );
         assert_eq!(j.segment(7, "q/", 120), Segment::Gap(0), "another prefix");
         assert_eq!(j.segment(8, "p/", 120), Segment::Gap(0), "another stream");
         let text = std::fs::read_to_string(&path).expect("read");

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use petrel_core::config::Map;
 use petrel_core::encode::{encode_batch, Encoding};
-use petrel_core::plugin::{BoxFuture, EngineOptions, Encoded, PayloadReceiver, Sink};
+use petrel_core::plugin::{BoxFuture, Encoded, EngineOptions, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
 
 use super::client::{build_client, env_str, parse_tls, Tls};
@@ -314,7 +314,10 @@ impl S3Config {
             None => None,
             Some(n) => {
                 let m = n.as_map(&["access_key_id", "secret_access_key", "session_token"])?;
-                let key = env_str(m.required("access_key_id", "\"${AWS_ACCESS_KEY_ID}\"")?, "access_key_id")?;
+                let key = env_str(
+                    m.required("access_key_id", "\"${AWS_ACCESS_KEY_ID}\"")?,
+                    "access_key_id",
+                )?;
                 let secret = env_str(
                     m.required("secret_access_key", "\"${AWS_SECRET_ACCESS_KEY}\"")?,
                     "secret_access_key",
@@ -335,7 +338,10 @@ impl S3Config {
             None => None,
         };
         let server_side_encryption = match map.get("server_side_encryption") {
-            Some(n) => Some(n.as_choice(&["AES256", "aws:kms", "aws:kms:dsse"])?.to_string()),
+            Some(n) => Some(
+                n.as_choice(&["AES256", "aws:kms", "aws:kms:dsse"])?
+                    .to_string(),
+            ),
             None => None,
         };
         let ssekms_key_id = match map.get("ssekms_key_id") {
@@ -405,11 +411,9 @@ impl S3Config {
     fn credentials(&self) -> anyhow::Result<CredentialSource> {
         if let Some(k) = &self.auth {
             let c = match &k.session_token {
-                Some(t) => rusty_s3::Credentials::new_with_token(
-                    &k.access_key_id,
-                    &k.secret_access_key,
-                    t,
-                ),
+                Some(t) => {
+                    rusty_s3::Credentials::new_with_token(&k.access_key_id, &k.secret_access_key, t)
+                }
                 None => rusty_s3::Credentials::new(&k.access_key_id, &k.secret_access_key),
             };
             return Ok(CredentialSource::Static(Arc::new(c)));
@@ -437,7 +441,8 @@ const WORDING: Wording = Wording {
     sink: "s3 sink",
     peer: "the bucket",
     items: ("event", "events"),
-    hold_fix: "the credentials (`auth`, the environment or the role), the bucket's name or its policy",
+    hold_fix:
+        "the credentials (`auth`, the environment or the role), the bucket's name or its policy",
 };
 
 fn now_ns() -> i64 {
@@ -455,8 +460,13 @@ impl S3Sink {
         } else {
             rusty_s3::UrlStyle::VirtualHost
         };
-        let bucket = rusty_s3::Bucket::new(c.endpoint.clone(), style, c.bucket.clone(), c.region.clone())
-            .map_err(|e| anyhow::anyhow!("bucket {} at {}: {e}", c.bucket, c.endpoint))?;
+        let bucket = rusty_s3::Bucket::new(
+            c.endpoint.clone(),
+            style,
+            c.bucket.clone(),
+            c.region.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("bucket {} at {}: {e}", c.bucket, c.endpoint))?;
         let client = build_client(&c.tls, c.timeout)?;
         let store = store::Store::new(
             bucket,
@@ -516,7 +526,8 @@ impl Sink for S3Sink {
         let now = now_ns();
         let mut raw = Vec::with_capacity(batch.buf.len() + batch.buf.len() / 8);
         let mut ends = Vec::with_capacity(batch.events.len());
-        out.invalid_utf8 = encode_batch(self.config.encoding, batch, &mut raw, Some(&mut ends)).invalid_utf8;
+        out.invalid_utf8 =
+            encode_batch(self.config.encoding, batch, &mut raw, Some(&mut ends)).invalid_utf8;
         // A prefix without fields depends only on the time, to the
         // second: rendered once per second that occurs in the batch.
         let static_prefix = self.config.key_prefix.is_static();
@@ -571,7 +582,11 @@ impl Sink for S3Sink {
             } else {
                 body.clear();
                 for &i in &g.events {
-                    let start = if i == 0 { 0 } else { ends[i as usize - 1] as usize };
+                    let start = if i == 0 {
+                        0
+                    } else {
+                        ends[i as usize - 1] as usize
+                    };
                     body.extend_from_slice(&raw[start..ends[i as usize] as usize]);
                 }
                 &body
@@ -616,7 +631,13 @@ impl Sink for S3Sink {
 fn journal_path(data_dir: &std::path::Path, health_key: &str) -> std::path::PathBuf {
     let name: String = health_key
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '.' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '.'
+            }
+        })
         .collect();
     data_dir.join("s3").join(format!("{name}.journal"))
 }
@@ -645,8 +666,9 @@ impl petrel_core::plugin::SinkConfig for S3Config {
         engine: &EngineOptions,
     ) -> anyhow::Result<Arc<dyn Sink>> {
         let path = journal_path(&engine.data_dir, &metrics.health_key());
-        let journal = Journal::open(&path)
-            .map_err(|e| anyhow::anyhow!("the record of completed objects {}: {e}", path.display()))?;
+        let journal = Journal::open(&path).map_err(|e| {
+            anyhow::anyhow!("the record of completed objects {}: {e}", path.display())
+        })?;
         Ok(Arc::new(S3Sink::new(self, metrics, journal)?))
     }
 }
@@ -681,10 +703,13 @@ mod tests {
         let mut key = String::new();
         strftime("date=%F/", 1_700_000_000_000_000_000, &mut key);
         assert_eq!(key, "date=2023-11-14/");
-        assert_eq!(c.object_headers(), vec![
-            ("content-type", "text/x-log".to_string()),
-            ("content-encoding", "gzip".to_string()),
-        ]);
+        assert_eq!(
+            c.object_headers(),
+            vec![
+                ("content-type", "text/x-log".to_string()),
+                ("content-encoding", "gzip".to_string()),
+            ]
+        );
     }
 
     #[test]

@@ -218,7 +218,8 @@ impl S3Sink {
             let c = &self.config;
             o.full = o.raw >= c.max_bytes
                 || o.events >= c.max_events as u64
-                || o.replay.is_some_and(|(_, end)| o.last.is_some_and(|l| l >= end));
+                || o.replay
+                    .is_some_and(|(_, end)| o.last.is_some_and(|l| l >= end));
             if o.buf.len() >= PART_SIZE {
                 self.send_part(o).await;
             }

@@ -199,7 +199,11 @@ impl Store {
 /// means to the driver.
 fn classify(status: u16, text: &str, after: Option<Duration>, where_: String) -> Answer {
     let code = element(text, "Code").unwrap_or("");
-    if usually_transient(status) || code == "RequestTimeout" || code == "SlowDown" || code == "InternalError" {
+    if usually_transient(status)
+        || code == "RequestTimeout"
+        || code == "SlowDown"
+        || code == "InternalError"
+    {
         return Answer::Retry {
             after,
             error_type: "request_failed",
@@ -229,18 +233,38 @@ mod tests {
     fn answers_are_retried_or_held_by_status_and_code() {
         let w = || "bucket b, key k".to_string();
         let slow = "<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>";
-        assert!(matches!(classify(503, slow, None, w()), Answer::Retry { .. }));
+        assert!(matches!(
+            classify(503, slow, None, w()),
+            Answer::Retry { .. }
+        ));
         let timeout = "<Error><Code>RequestTimeout</Code></Error>";
-        assert!(matches!(classify(400, timeout, None, w()), Answer::Retry { .. }));
-        assert!(matches!(classify(200, "<Error><Code>InternalError</Code></Error>", None, w()), Answer::Retry { .. }));
+        assert!(matches!(
+            classify(400, timeout, None, w()),
+            Answer::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(200, "<Error><Code>InternalError</Code></Error>", None, w()),
+            Answer::Retry { .. }
+        ));
         let denied = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
         match classify(403, denied, None, w()) {
             Answer::Hold { status, text } => {
                 assert_eq!(status, 403);
-                assert!(text.contains("bucket b, key k") && text.contains("AccessDenied"), "{text}");
+                assert!(
+                    text.contains("bucket b, key k") && text.contains("AccessDenied"),
+                    "{text}"
+                );
             }
             other => panic!("held expected, got {other:?}"),
         }
-        assert!(matches!(classify(400, "<Error><Code>InvalidStorageClass</Code></Error>", None, w()), Answer::Hold { status: 400, .. }));
+        assert!(matches!(
+            classify(
+                400,
+                "<Error><Code>InvalidStorageClass</Code></Error>",
+                None,
+                w()
+            ),
+            Answer::Hold { status: 400, .. }
+        ));
     }
 }

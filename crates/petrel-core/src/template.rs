@@ -12,7 +12,8 @@
 //! - `json`: the value as JSON (text quoted and escaped; first filter only);
 //! - `upper`, `lower`: ASCII case;
 //! - `prefix(TEXT)`, `suffix(TEXT)`: text written before or after the
-//!   value only when there is one (`TEXT` may be quoted: `prefix(" ")`).
+//!   value only when there is one (`TEXT` may be quoted: `prefix(" ")`);
+//!   such a field is optional: missing, it writes nothing at all.
 //!
 //! Fields are the event's (dotted paths reach into objects), then the
 //! batch's metadata (`host`, `file`, `source_type`, ...). `timestamp` is the
@@ -203,7 +204,7 @@ impl Template {
                     };
                     if render_field(name, filters, ev, batch, opts, &mut scratch, &mut stats) {
                         out.push_str(&String::from_utf8_lossy(&scratch));
-                    } else {
+                    } else if !optional(filters) {
                         complete = false;
                     }
                 }
@@ -228,7 +229,9 @@ impl Template {
             match p {
                 Part::Lit(s) => out.extend_from_slice(s.as_bytes()),
                 Part::Field { name, filters } => {
-                    if !render_field(name, filters, ev, batch, opts, out, stats) {
+                    if !render_field(name, filters, ev, batch, opts, out, stats)
+                        && !optional(filters)
+                    {
                         out.extend_from_slice(opts.missing);
                         missing += 1;
                     }
@@ -253,6 +256,14 @@ impl Template {
             Part::Field { .. } => None,
         })
     }
+}
+
+/// A field with `prefix` or `suffix` is optional: when missing it writes
+/// nothing, not the `missing` text, and is not counted.
+fn optional(filters: &[Filter]) -> bool {
+    filters
+        .iter()
+        .any(|f| matches!(f, Filter::Prefix(_) | Filter::Suffix(_)))
 }
 
 /// The current time in nanoseconds since the epoch (0 if the clock is
@@ -493,7 +504,7 @@ mod tests {
         assert!(tpl("bad-{{ level").is_none());
         let up =
             tpl("{{ level | upper | prefix([) | suffix(\"] \") }}{{ nope | prefix(x) }}").unwrap();
-        assert!(!up.render(&ev, &batch, &mut out));
+        assert!(up.render(&ev, &batch, &mut out));
         assert_eq!(out, "[WARN] ");
     }
 

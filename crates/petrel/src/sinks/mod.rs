@@ -41,7 +41,7 @@ pub const ENCODING_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDo
     name: "encoding",
     kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson", "map"]),
     default: Some(r#"text"#),
-    doc: r#"`text`: the message bytes and `\n`; `ndjson`: one JSON object per event with every field. As a mapping, `codec: text` with `template` writes one line per event from a template, such as `"{{ timestamp | %b %e %H:%M:%S }} {{ host }} {{ app_name }}: {{ message }}"`: fields of the event or of its source (`host`, `file`), `timestamp` the event time; filters after `|`: a strftime pattern, `json`, `upper`, `lower`. `missing` (default empty) is written for a missing field (each counted, `error_type="template_field_missing"`); `timezone` (default `UTC`; `local`, `+08:00`, an IANA name) is the zone of the time filter."#,
+    doc: r#"`text`: the message bytes and `\n`; `ndjson`: one JSON object per event with every field. As a mapping, `codec: text` with `template` writes one line per event from a template, such as `"{{ timestamp | %b %e %H:%M:%S }} {{ host }} {{ app_name }}: {{ message }}"`: fields of the event or of its source (`host`, `file`), `timestamp` the event time; filters after `|`: a strftime pattern, `json`, `upper`, `lower`, `prefix(TEXT)`, `suffix(TEXT)` (these make the field optional: nothing written when missing). `missing` (default empty) is written for a missing field (each counted, `error_type="template_field_missing"`); `timezone` (default `UTC`; `local`, `+08:00`, an IANA name) is the zone of the time filter."#,
 };
 
 /// Reads the common `encoding:` key (default `text`): `text`, `ndjson`, or

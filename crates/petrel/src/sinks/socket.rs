@@ -62,12 +62,13 @@ pub struct Transport {
     pub address: String,
     /// UDP, TCP or TLS.
     pub mode: Mode,
-    /// Client TLS configuration and the name the server's certificate must
-    /// carry (`mode: tls`).
-    pub tls: Option<(
-        Arc<rustls::ClientConfig>,
-        rustls_pki_types::ServerName<'static>,
-    )>,
+    /// `mode: tls`: the `tls` settings and the name the server's
+    /// certificate must carry.
+    pub tls_options: Option<(Tls, rustls_pki_types::ServerName<'static>)>,
+    /// The client configuration made from `tls_options` by
+    /// [`Transport::prepare`] (files are read when the sink is built, as
+    /// the other sinks do, so that `validate` passes on another host).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// UDP: longer datagrams are cut to this.
     pub max_datagram_bytes: usize,
 }
@@ -77,7 +78,7 @@ impl std::fmt::Debug for Transport {
         f.debug_struct("Transport")
             .field("address", &self.address)
             .field("mode", &self.mode)
-            .field("tls", &self.tls.is_some())
+            .field("tls", &self.tls_options.is_some())
             .finish()
     }
 }
@@ -131,7 +132,7 @@ pub fn parse_transport(map: &Map<'_>, modes: &'static [&'static str]) -> Option<
         }
         (None, _) => None,
     };
-    let tls = if mode == Mode::Tls {
+    let tls_options = if mode == Mode::Tls {
         let opts = match tls {
             Some(n) => super::tls::parse_tls_keys(n, true)?,
             None => Tls {
@@ -151,13 +152,7 @@ pub fn parse_transport(map: &Map<'_>, modes: &'static [&'static str]) -> Option<
                 return None;
             }
         };
-        match opts.rustls_client_config() {
-            Ok(c) => Some((c, server_name)),
-            Err(e) => {
-                tls.unwrap_or(address).error(format!("{e:#}"));
-                return None;
-            }
-        }
+        Some((opts, server_name))
     } else {
         None
     };
@@ -175,9 +170,22 @@ pub fn parse_transport(map: &Map<'_>, modes: &'static [&'static str]) -> Option<
     Some(Transport {
         address: addr.to_string(),
         mode,
-        tls,
+        tls_options,
+        tls: None,
         max_datagram_bytes,
     })
+}
+
+impl Transport {
+    /// A copy ready to connect: the TLS client configuration made (its
+    /// files read), or an error naming the file.
+    pub fn prepare(&self) -> anyhow::Result<Arc<Transport>> {
+        let mut t = self.clone();
+        if let Some((opts, _)) = &self.tls_options {
+            t.tls = Some(opts.rustls_client_config()?);
+        }
+        Ok(Arc::new(t))
+    }
 }
 
 /// An open stream.
@@ -252,15 +260,15 @@ async fn connect(t: &Transport) -> anyhow::Result<Stream> {
         .await
         .map_err(|_| anyhow::anyhow!("connect timed out"))??;
     let _ = tcp.set_nodelay(true);
-    match &t.tls {
-        None => Ok(Stream::Tcp(tcp)),
-        Some((config, name)) => {
+    match (&t.tls, &t.tls_options) {
+        (Some(config), Some((_, name))) => {
             let c = tokio_rustls::TlsConnector::from(config.clone());
             let s = tokio::time::timeout(CONNECT_TIMEOUT, c.connect(name.clone(), tcp))
                 .await
                 .map_err(|_| anyhow::anyhow!("TLS handshake timed out"))??;
             Ok(Stream::Tls(Box::new(s)))
         }
+        _ => Ok(Stream::Tcp(tcp)),
     }
 }
 

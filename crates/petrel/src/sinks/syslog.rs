@@ -293,6 +293,7 @@ impl petrel_core::plugin::SinkConfig for SyslogSinkConfig {
 
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
         Ok(Arc::new(SyslogSink {
+            transport: self.transport.prepare()?,
             time3164: Rfc3164Time::new(self.timezone.clone()),
             field_missing: metrics.error_counter("field_missing"),
             field_invalid: metrics.error_counter("field_invalid"),
@@ -304,6 +305,8 @@ impl petrel_core::plugin::SinkConfig for SyslogSinkConfig {
 
 /// The running syslog sink.
 pub struct SyslogSink {
+    /// Ready to connect (TLS files read at build).
+    transport: Arc<Transport>,
     config: SyslogSinkConfig,
     time3164: Rfc3164Time,
     field_missing: LazyCounter,
@@ -537,8 +540,11 @@ impl Sink for SyslogSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let t = Arc::new(self.config.transport.clone());
-        Box::pin(socket::run(t, rx, self.metrics.clone()))
+        Box::pin(socket::run(
+            self.transport.clone(),
+            rx,
+            self.metrics.clone(),
+        ))
     }
 }
 
@@ -565,6 +571,7 @@ mod tests {
             })?;
         let m = petrel_core::Metrics::new().component("p", "sink", "s", "syslog");
         Ok(SyslogSink {
+            transport: c.transport.prepare().unwrap(),
             time3164: Rfc3164Time::new(c.timezone.clone()),
             field_missing: LazyCounter::default(),
             field_invalid: LazyCounter::default(),

@@ -68,6 +68,7 @@ impl petrel_core::plugin::SinkConfig for TcpSinkConfig {
 
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
         Ok(Arc::new(TcpSink {
+            transport: self.transport.prepare()?,
             config: self.clone(),
             metrics,
         }))
@@ -76,6 +77,8 @@ impl petrel_core::plugin::SinkConfig for TcpSinkConfig {
 
 /// The running tcp sink.
 pub struct TcpSink {
+    /// Ready to connect (TLS files read at build).
+    transport: Arc<Transport>,
     config: TcpSinkConfig,
     metrics: ComponentMetrics,
 }
@@ -88,7 +91,10 @@ impl Sink for TcpSink {
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
-        let t = Arc::new(self.config.transport.clone());
-        Box::pin(socket::run(t, rx, self.metrics.clone()))
+        Box::pin(socket::run(
+            self.transport.clone(),
+            rx,
+            self.metrics.clone(),
+        ))
     }
 }

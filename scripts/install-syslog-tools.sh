@@ -4,6 +4,8 @@
 #
 #   syslog-ng-core   syslog-ng, and loggen (the syslog load generator), apt
 #   rsyslog          rsyslogd, unpacked into .cache/rsyslog (see below)
+#   rsyslog-openssl  rsyslog's TLS driver (lmnsd_ossl), unpacked beside it,
+#                    for the syslog sink's TLS tests
 #   apache2          httpd (apache2), its modules in /usr/lib/apache2/modules, apt
 #   apache2-utils    ab (ApacheBench), apt
 #   bsdutils         logger (util-linux), apt
@@ -117,17 +119,20 @@ fi
 RSYSLOGD=""
 if installed rsyslog; then
     RSYSLOGD=/usr/sbin/rsyslogd
+    installed rsyslog-openssl || without_services apt_install rsyslog-openssl
 else
     want=$(apt-cache policy rsyslog | awk '/Candidate:/ {print $2}')
     [[ -n "$want" && "$want" != "(none)" ]] || die "apt has no rsyslog candidate (apt-get update?)"
-    if [[ "$(cat "$RSYSLOG_DIR/.version" 2>/dev/null)" != "$want" ]]; then
-        echo "== apt-get download rsyslog=$want, unpacking into $RSYSLOG_DIR" >&2
+    if [[ "$(cat "$RSYSLOG_DIR/.version" 2>/dev/null)" != "$want" ]] ||
+        ! compgen -G "$RSYSLOG_DIR/usr/lib/*/rsyslog/lmnsd_ossl.so" >/dev/null; then
+        echo "== apt-get download rsyslog=$want rsyslog-openssl=$want, unpacking into $RSYSLOG_DIR" >&2
         debs=$(mktemp -d /tmp/rsyslog-deb.XXXXXX)
         # APT::Sandbox::User=root: the _apt user cannot write the mktemp dir.
-        (cd "$debs" && apt-get -q -o APT::Sandbox::User=root download "rsyslog=$want")
+        (cd "$debs" && apt-get -q -o APT::Sandbox::User=root download "rsyslog=$want" "rsyslog-openssl=$want")
         rm -rf "$RSYSLOG_DIR"
         mkdir -p "$RSYSLOG_DIR"
         dpkg-deb -x "$debs"/rsyslog_*.deb "$RSYSLOG_DIR"
+        dpkg-deb -x "$debs"/rsyslog-openssl_*.deb "$RSYSLOG_DIR"
         rm -rf "$debs"
         echo "$want" > "$RSYSLOG_DIR/.version"
     fi

@@ -1,19 +1,35 @@
-//! Encodings shared by sinks: `text` (the message and a newline) and
-//! `ndjson` (one JSON object per event).
+//! Encodings shared by sinks: `text` (the message and a newline, or a line
+//! [`Template`]) and `ndjson` (one JSON object per event).
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::ser::{CompactFormatter, Formatter};
 
 use crate::event::{Event, EventBatch, Key, Value};
+use crate::template::{now_ns, RenderOptions, Template};
 use petrel_time::write_rfc3339;
 
 /// How a sink turns events into bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Encoding {
     /// The message bytes as they were read, then `\n`.
     Text,
     /// One JSON object per line with every field of the event.
     Ndjson,
+    /// A line template (`{{ timestamp | %b %e %H:%M:%S }} {{ host }}
+    /// {{ message }}`), then `\n`.
+    Template(Arc<LineTemplate>),
+}
+
+/// The `text` encoding with a template: compiled once, when the
+/// configuration is read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineTemplate {
+    /// The line, without its newline.
+    pub template: Template,
+    /// Written for a missing field (empty by default).
+    pub missing: Box<[u8]>,
 }
 
 impl Encoding {
@@ -28,6 +44,30 @@ impl Encoding {
             _ => None,
         }
     }
+
+    /// Renders one event's line (no newline) for sinks that frame events
+    /// themselves (syslog): the message, the JSON object, or the template.
+    pub fn write_event(
+        &self,
+        batch: &EventBatch,
+        ev: &Event,
+        now_ns: i64,
+        out: &mut Vec<u8>,
+        stats: &mut EncodeStats,
+    ) {
+        match self {
+            Self::Text => write_text_value(batch, &ev.message, out),
+            Self::Ndjson => write_event_json(batch, ev, JsonShape::NDJSON, out, stats),
+            Self::Template(t) => {
+                let opts = RenderOptions {
+                    missing: &t.missing,
+                    now_ns,
+                };
+                let missing = t.template.render_bytes(ev, batch, opts, out, stats);
+                stats.missing_fields += u64::from(missing);
+            }
+        }
+    }
 }
 
 /// What encoding a batch noticed on the way.
@@ -35,6 +75,8 @@ impl Encoding {
 pub struct EncodeStats {
     /// Values that were not valid UTF-8 and were written with U+FFFD.
     pub invalid_utf8: u64,
+    /// Template fields that were missing (written as the `missing` text).
+    pub missing_fields: u64,
     /// The batch buffer last checked as a whole, and whether it is UTF-8.
     /// Holding the `Bytes` keeps its memory from being reused by another
     /// buffer while the answer is kept.
@@ -74,7 +116,7 @@ impl EncodeStats {
 /// When `record_ends` is given, the end offset in `out` of each event's
 /// record is pushed, for sinks that send events as separate messages.
 pub fn encode_batch(
-    encoding: Encoding,
+    encoding: &Encoding,
     batch: &EventBatch,
     out: &mut Vec<u8>,
     mut record_ends: Option<&mut Vec<u32>>,
@@ -94,6 +136,17 @@ pub fn encode_batch(
         Encoding::Ndjson => {
             for ev in &batch.events {
                 write_event_json(batch, ev, JsonShape::NDJSON, out, &mut stats);
+                out.push(b'\n');
+                if let Some(ends) = record_ends.as_deref_mut() {
+                    ends.push(out.len() as u32);
+                }
+            }
+        }
+        Encoding::Template(_) => {
+            // One clock reading per batch, for events without a time.
+            let now = now_ns();
+            for ev in &batch.events {
+                encoding.write_event(batch, ev, now, out, &mut stats);
                 out.push(b'\n');
                 if let Some(ends) = record_ends.as_deref_mut() {
                     ends.push(out.len() as u32);
@@ -246,7 +299,8 @@ fn write_json_key(k: &Key, out: &mut Vec<u8>) {
     write_json_str(out, k);
 }
 
-fn write_json_bytes(b: &[u8], out: &mut Vec<u8>, stats: &mut EncodeStats) {
+/// Writes bytes as a JSON string, invalid UTF-8 replaced and counted.
+pub fn write_json_bytes(b: &[u8], out: &mut Vec<u8>, stats: &mut EncodeStats) {
     // simdutf8's check is several times the standard library's on long
     // ASCII lines, and this check runs on every value of every event.
     match simdutf8::basic::from_utf8(b) {
@@ -346,11 +400,11 @@ mod tests {
     fn text_coalesces_and_stays_byte_exact() {
         let b = batch(b"ab\n\xff\xfe\nlast", &[(0, 2), (3, 2), (6, 4)]);
         let mut out = Vec::new();
-        encode_batch(Encoding::Text, &b, &mut out, None);
+        encode_batch(&Encoding::Text, &b, &mut out, None);
         assert_eq!(out, b"ab\n\xff\xfe\nlast\n");
         let mut out2 = Vec::new();
         let mut ends = Vec::new();
-        encode_batch(Encoding::Text, &b, &mut out2, Some(&mut ends));
+        encode_batch(&Encoding::Text, &b, &mut out2, Some(&mut ends));
         assert_eq!(out2, out);
         assert_eq!(ends, vec![3, 6, 11]);
     }
@@ -361,7 +415,7 @@ mod tests {
     fn spans_of_a_text_buffer_that_cut_a_character_are_replaced() {
         let b = batch("é ok\n".as_bytes(), &[(0, 1), (3, 2), (0, 5)]);
         let mut out = Vec::new();
-        let st = encode_batch(Encoding::Ndjson, &b, &mut out, None);
+        let st = encode_batch(&Encoding::Ndjson, &b, &mut out, None);
         let text = String::from_utf8(out).unwrap();
         let messages: Vec<&str> = text
             .lines()
@@ -377,7 +431,7 @@ mod tests {
         b.events[0].set("n".into(), Value::Int(-3));
         b.events[0].time_ns = Some(1_700_000_000_123_456_789);
         let mut out = Vec::new();
-        let st = encode_batch(Encoding::Ndjson, &b, &mut out, None);
+        let st = encode_batch(&Encoding::Ndjson, &b, &mut out, None);
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -414,7 +468,7 @@ mod tests {
         b.events[0].set("timestamp".into(), Value::Str("old".into()));
         b.events[0].time_ns = Some(0);
         let mut out = Vec::new();
-        encode_batch(Encoding::Ndjson, &b, &mut out, None);
+        encode_batch(&Encoding::Ndjson, &b, &mut out, None);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"message\":\"x\",\"file\":\"main.go\",\"timestamp\":\"1970-01-01T00:00:00.000000000Z\"}\n"

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod plugin;
 pub mod state;
 pub mod tap;
+pub mod template;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};

@@ -149,7 +149,7 @@ impl Taps {
                 .collect();
             let mut out = Vec::new();
             let mut ends = Vec::new();
-            encode_batch(Encoding::Ndjson, &sample, &mut out, Some(&mut ends));
+            encode_batch(&Encoding::Ndjson, &sample, &mut out, Some(&mut ends));
             let out = Bytes::from(out);
             let mut start = 0usize;
             for end in ends {

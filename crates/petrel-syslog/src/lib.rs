@@ -38,6 +38,11 @@
 //! empty and has no malformed `<PRI>` parses, with the fields that could be
 //! recognised and the rest in `message`. See [`parse`] for the heuristics.
 //!
+//! # Writing
+//!
+//! [`writer`] writes RFC 5424 and RFC 3164 headers, structured data and
+//! RFC 6587 frames, for the syslog sink; what it writes parses back here.
+//!
 //! # Framing
 //!
 //! [`Framer`] implements RFC 6587 octet counting (`LEN SP MSG`) and
@@ -49,6 +54,7 @@
 mod framer;
 mod rfc3164;
 mod rfc5424;
+pub mod writer;
 
 pub use framer::{Frame, Framer, Framing};
 

@@ -33,7 +33,12 @@
 //! 1677..2262) do not parse.
 //!
 //! Also here: the calendar arithmetic and RFC 3339 formatting that the
-//! encoders use for event times.
+//! encoders use for event times, and [`TimeFormatter`], strftime patterns
+//! compiled once for writing times (text templates, syslog headers).
+
+mod strftime;
+
+pub use strftime::{TimeFormatter, OUTPUT_DIRECTIVES};
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -130,6 +135,18 @@ impl TimeZone {
                 "unknown time zone `{name}`: use `UTC`, `local`, an offset such as \
                  `+08:00`, or an IANA name such as `Asia/Shanghai`"
             )),
+        }
+    }
+
+    /// Offset east of UTC, in seconds, at `secs` since the epoch.
+    pub fn offset_at(&self, secs: i64) -> i32 {
+        match self {
+            Self::Utc => 0,
+            Self::Fixed(off) => *off,
+            Self::Named(tz) => match jiff::Timestamp::from_second(secs) {
+                Ok(ts) => tz.to_offset(ts).seconds(),
+                Err(_) => 0,
+            },
         }
     }
 

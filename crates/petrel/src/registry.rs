@@ -50,6 +50,8 @@ pub static SINKS: &[&SinkPlugin] = &[
     &sinks::blackhole::PLUGIN,
     &sinks::kafka::PLUGIN,
     &sinks::http::PLUGIN,
+    &sinks::syslog::PLUGIN,
+    &sinks::tcp::PLUGIN,
     #[cfg(feature = "elasticsearch")]
     &sinks::elasticsearch::PLUGIN,
     #[cfg(feature = "loki")]

@@ -720,7 +720,12 @@ pub(crate) mod tests {
 
     fn ndjson(b: &EventBatch) -> String {
         let mut out = Vec::new();
-        petrel_core::encode::encode_batch(petrel_core::encode::Encoding::Ndjson, b, &mut out, None);
+        petrel_core::encode::encode_batch(
+            &petrel_core::encode::Encoding::Ndjson,
+            b,
+            &mut out,
+            None,
+        );
         String::from_utf8(out).expect("utf8")
     }
 

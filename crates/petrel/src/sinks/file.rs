@@ -44,19 +44,14 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
 ];
 
 /// The `encoding` key, documented once for every plugin that reads it.
-pub const ENCODING_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
-    name: "encoding",
-    kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson"]),
-    default: Some(r#"text"#),
-    doc: r#"`text`: the message bytes and `\n`; `ndjson`: one JSON object per event with every field."#,
-};
+pub use super::ENCODING_DOC;
 
 /// Configuration of the file sink.
 #[derive(Debug, Clone)]
 pub struct FileSinkConfig {
     /// Output path; parent directories are created.
     pub path: PathBuf,
-    /// `text` or `ndjson`.
+    /// `text`, `ndjson` or a line template.
     pub encoding: Encoding,
     /// fdatasync after every write, before acknowledging.
     pub fsync: bool,
@@ -253,7 +248,7 @@ impl FileSink {
         let file = OutFile::open(&c.path)
             .map_err(|e| anyhow::anyhow!("file sink: cannot open {}: {e}", c.path.display()))?;
         Ok(Self {
-            encoding: c.encoding,
+            encoding: c.encoding.clone(),
             fsync: c.fsync,
             file: Mutex::new(Some(file)),
             metrics,
@@ -263,7 +258,9 @@ impl FileSink {
 
 impl Sink for FileSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
-        out.invalid_utf8 = encode_batch(self.encoding, batch, &mut out.bytes, None).invalid_utf8;
+        let stats = encode_batch(&self.encoding, batch, &mut out.bytes, None);
+        super::count_encode_stats(&self.metrics, &stats);
+        out.invalid_utf8 = stats.invalid_utf8;
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {

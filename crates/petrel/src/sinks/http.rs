@@ -374,7 +374,7 @@ impl RequestSink for HttpSink {
 impl Sink for HttpSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
         out.invalid_utf8 = encode_batch(
-            Encoding::Ndjson,
+            &Encoding::Ndjson,
             batch,
             &mut out.bytes,
             Some(&mut out.record_ends),

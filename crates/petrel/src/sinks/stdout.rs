@@ -20,18 +20,13 @@ pub const DOC: &str = r#"Writes events to standard output and acknowledges after
 pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     petrel_core::plugin::KeyDoc::TYPE,
     petrel_core::plugin::KeyDoc::ID,
-    petrel_core::plugin::KeyDoc {
-        name: "encoding",
-        kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson"]),
-        default: Some(r#"text"#),
-        doc: r#"`text`: the message bytes and `\n`; `ndjson`: one JSON object per event with every field."#,
-    },
+    super::ENCODING_DOC,
 ];
 
 /// Configuration of the stdout sink.
 #[derive(Debug, Clone)]
 pub struct StdoutSinkConfig {
-    /// `text` or `ndjson`.
+    /// `text`, `ndjson` or a line template.
     pub encoding: Encoding,
 }
 
@@ -54,7 +49,7 @@ impl StdoutSink {
     /// A sink writing to this process's stdout.
     pub fn new(c: &StdoutSinkConfig, metrics: ComponentMetrics) -> Self {
         Self {
-            encoding: c.encoding,
+            encoding: c.encoding.clone(),
             metrics,
         }
     }
@@ -82,7 +77,9 @@ impl Target for Stdout {
 
 impl Sink for StdoutSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
-        out.invalid_utf8 = encode_batch(self.encoding, batch, &mut out.bytes, None).invalid_utf8;
+        let stats = encode_batch(&self.encoding, batch, &mut out.bytes, None);
+        super::count_encode_stats(&self.metrics, &stats);
+        out.invalid_utf8 = stats.invalid_utf8;
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {

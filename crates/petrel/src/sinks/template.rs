@@ -1,113 +1,14 @@
-//! `{{ field }}` templates, such as Kafka topics `app-{{ level }}`, and
-//! [`TimeTemplate`]s, whose literal text also holds strftime conversions
-//! of the event time (Elasticsearch index names `petrel-%Y.%m.%d`, S3 key
-//! prefixes `date=%F/` as Vector's `aws_s3` sink writes them).
+//! `{{ field }}` templates, such as Kafka topics `app-{{ level }}` (the
+//! one template engine lives in `petrel_core::template`; the `text`
+//! encoding renders its line templates there too), and [`TimeTemplate`]s,
+//! whose literal text also holds strftime conversions of the event time
+//! (Elasticsearch index names `petrel-%Y.%m.%d`, S3 key prefixes
+//! `date=%F/` as Vector's `aws_s3` sink writes them).
 
 use petrel_core::config::Node;
-use petrel_core::{Event, EventBatch, Value};
+use petrel_core::{Event, EventBatch};
 
-#[derive(Debug, Clone, PartialEq)]
-enum Part {
-    Lit(String),
-    Field(String),
-}
-
-/// A parsed template.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Template {
-    parts: Vec<Part>,
-}
-
-impl Template {
-    /// Parses `text`; an unclosed `{{` or an empty field name is reported
-    /// at `node`.
-    pub fn parse(text: &str, node: Node<'_>) -> Option<Self> {
-        let mut parts = Vec::new();
-        let mut rest = text;
-        while let Some(open) = rest.find("{{") {
-            if open > 0 {
-                parts.push(Part::Lit(rest[..open].to_string()));
-            }
-            let after = &rest[open + 2..];
-            let Some(close) = after.find("}}") else {
-                node.error(format!(
-                    "unclosed `{{{{` in template `{text}`; write `{{{{ field }}}}`"
-                ));
-                return None;
-            };
-            let name = after[..close].trim();
-            if name.is_empty() {
-                node.error(format!(
-                    "empty `{{{{ }}}}` in template `{text}`; name a field inside"
-                ));
-                return None;
-            }
-            parts.push(Part::Field(name.to_string()));
-            rest = &after[close + 2..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Lit(rest.to_string()));
-        }
-        Some(Self { parts })
-    }
-
-    /// The text when the template has no fields.
-    pub fn as_static(&self) -> Option<&str> {
-        match self.parts.as_slice() {
-            [] => Some(""),
-            [Part::Lit(s)] => Some(s),
-            _ => None,
-        }
-    }
-
-    /// Renders into `out`; false when a field is missing or not text/number.
-    pub fn render(&self, ev: &Event, batch: &EventBatch, out: &mut String) -> bool {
-        self.render_with(ev, batch, out, |s, o| o.push_str(s))
-    }
-
-    /// Renders into `out`, literal text through `lit` (which may expand it:
-    /// strftime in index names, so that `%` in a field value stays as it
-    /// is). Missing fields render as nothing and make the result false.
-    pub fn render_with(
-        &self,
-        ev: &Event,
-        batch: &EventBatch,
-        out: &mut String,
-        mut lit: impl FnMut(&str, &mut String),
-    ) -> bool {
-        out.clear();
-        let mut complete = true;
-        for p in &self.parts {
-            match p {
-                Part::Lit(s) => lit(s, out),
-                Part::Field(f) => match ev.get(f) {
-                    Some(Value::Int(i)) => out.push_str(&i.to_string()),
-                    _ => match batch.field_bytes(ev, f) {
-                        Some(b) if !b.is_empty() => out.push_str(&String::from_utf8_lossy(b)),
-                        _ => complete = false,
-                    },
-                },
-            }
-        }
-        complete
-    }
-
-    /// The field names the template reads.
-    pub fn fields(&self) -> impl Iterator<Item = &str> {
-        self.parts.iter().filter_map(|p| match p {
-            Part::Field(f) => Some(f.as_str()),
-            Part::Lit(_) => None,
-        })
-    }
-
-    /// The literal parts, for checking them when the template is parsed.
-    pub fn literals(&self) -> impl Iterator<Item = &str> {
-        self.parts.iter().filter_map(|p| match p {
-            Part::Lit(s) => Some(s.as_str()),
-            Part::Field(_) => None,
-        })
-    }
-}
+pub use petrel_core::template::{RenderOptions, Template};
 
 /// strftime conversions accepted in a [`TimeTemplate`].
 pub const TIME_CONVERSIONS: &[char] = &['Y', 'y', 'm', 'd', 'H', 'M', 'S', 'j', 'F', 'T', 's', '%'];
@@ -210,7 +111,7 @@ pub fn strftime(lit: &str, ns: i64, out: &mut String) {
 mod tests {
     use super::*;
     use petrel_core::config::{parse_yaml, ConfigErrors};
-    use petrel_core::Span;
+    use petrel_core::{Span, Value};
     use std::sync::Arc;
 
     fn tpl(s: &str) -> Option<Template> {

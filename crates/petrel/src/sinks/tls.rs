@@ -1,6 +1,9 @@
-//! The `tls:` key of the sinks that speak HTTP (elasticsearch,
-//! opentelemetry): trusted authorities, a client certificate, and whether
-//! the server's certificate is verified.
+//! The `tls:` key of the sinks that connect to servers: those that speak
+//! HTTP (elasticsearch, opentelemetry) through reqwest, and the socket
+//! sinks (syslog, tcp) through rustls: trusted authorities, a client
+//! certificate, and whether the server's certificate is verified.
+
+use std::sync::Arc;
 
 use petrel_core::config::Node;
 
@@ -16,11 +19,24 @@ pub struct Tls {
     pub key_file: Option<std::path::PathBuf>,
     /// Verify the server's certificate (default true).
     pub verify: bool,
+    /// The name the server's certificate must carry, when it is not the
+    /// host being connected to (socket sinks only).
+    pub server_name: Option<String>,
 }
 
 /// Reads `tls: { ca_file, cert_file, key_file, verify }`.
 pub fn parse_tls(n: Node<'_>) -> Option<Tls> {
-    let m = n.as_map(&["ca_file", "cert_file", "key_file", "verify"])?;
+    parse_tls_keys(n, false)
+}
+
+/// Reads `tls:`; with `server_name`, also that key (socket sinks).
+pub fn parse_tls_keys(n: Node<'_>, server_name: bool) -> Option<Tls> {
+    let keys: &[&str] = if server_name {
+        &["ca_file", "cert_file", "key_file", "verify", "server_name"]
+    } else {
+        &["ca_file", "cert_file", "key_file", "verify"]
+    };
+    let m = n.as_map(keys)?;
     let path = |key: &str| {
         m.get(key)
             .and_then(|k| k.as_str().map(|p| crate::paths::resolve_path(k, p)))
@@ -30,6 +46,7 @@ pub fn parse_tls(n: Node<'_>) -> Option<Tls> {
         cert_file: path("cert_file"),
         key_file: path("key_file"),
         verify: m.bool("verify").unwrap_or(true),
+        server_name: m.str("server_name").map(str::to_string),
     };
     if tls.cert_file.is_some() != tls.key_file.is_some() {
         n.error("`tls`: `cert_file` and `key_file` go together (a client certificate and its key)");
@@ -62,6 +79,53 @@ impl Tls {
         Ok(b)
     }
 
+    /// A rustls client configuration (socket sinks): Mozilla's roots and
+    /// `ca_file`, the client certificate if any, and no verification when
+    /// `verify` is false.
+    pub fn rustls_client_config(&self) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = if self.verify {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            if let Some(ca) = &self.ca_file {
+                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+                    .and_then(|it| it.collect())
+                    .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
+                if certs.is_empty() {
+                    anyhow::bail!("tls.ca_file {} holds no PEM certificate", ca.display());
+                }
+                for c in certs {
+                    roots
+                        .add(c)
+                        .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
+                }
+            }
+            builder.with_root_certificates(roots)
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+        };
+        let config = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                    .and_then(|it| it.collect())
+                    .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        Ok(Arc::new(config))
+    }
+
     /// The client certificate followed by its key, as one PEM text.
     pub fn identity_pem(&self) -> anyhow::Result<Option<Vec<u8>>> {
         let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) else {
@@ -75,6 +139,56 @@ impl Tls {
                 .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?,
         );
         Ok(Some(pem))
+    }
+}
+
+/// Accepts any server certificate (`verify: false`), still checking the
+/// handshake signatures.
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -316,7 +316,7 @@ impl KafkaSink {
         });
         Ok(Self {
             transactional,
-            encoding: c.encoding,
+            encoding: c.encoding.clone(),
             topic: c.topic.clone(),
             fallback_topic: c.fallback_topic.clone(),
             key_field: c.key_field.clone(),
@@ -388,7 +388,7 @@ impl KafkaSink {
 impl Sink for KafkaSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
         out.invalid_utf8 = encode_batch(
-            self.encoding,
+            &self.encoding,
             batch,
             &mut out.bytes,
             Some(&mut out.record_ends),

@@ -1202,7 +1202,7 @@ mod tests {
         for mut b in batches {
             let mut text = Vec::new();
             petrel_core::encode::encode_batch(
-                petrel_core::encode::Encoding::Text,
+                &petrel_core::encode::Encoding::Text,
                 &b,
                 &mut text,
                 None,
@@ -1210,7 +1210,7 @@ mod tests {
             let mut walked = Vec::new();
             b.verbatim_lines = false;
             petrel_core::encode::encode_batch(
-                petrel_core::encode::Encoding::Text,
+                &petrel_core::encode::Encoding::Text,
                 &b,
                 &mut walked,
                 None,

@@ -1251,7 +1251,6 @@ mod tests {
                 key: "p/j".into(),
                 names: HashMap::new(),
                 by_position: Vec::new(),
-                by_position: Vec::new(),
                 unit_filter: None,
                 gaps: metrics.error_counter("journal_gap"),
                 unsupported: metrics.error_counter("journal_unsupported"),

@@ -6,6 +6,7 @@ limit: the source runs that very journalctl and parses its output).
 
     bench/journald.py                      # 1,000,000 entries, 3 runs each
     bench/journald.py --entries 200000 --repeat 1
+    bench/journald.py --bin NEW --base OLD  # two builds, interleaved runs
 
 The journal is written once by systemd-journal-remote (scripts/install-
 journal-tools.sh) from generated export-format input into a temporary
@@ -174,6 +175,7 @@ def main():
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/petrel"))
+    ap.add_argument("--base", help="another petrel binary measured in the same runs (before/after a change)")
     a = ap.parse_args()
     if not os.path.exists(REMOTE):
         sys.exit(f"{REMOTE} missing: run scripts/install-journal-tools.sh")
@@ -188,9 +190,12 @@ def main():
         size = sum(os.path.getsize(os.path.join(journal, f)) for f in os.listdir(journal))
         print(f"journal: {a.entries} entries, {size / 1e6:.0f} MB of journal files "
               f"(written in {time.monotonic() - t:.0f} s)", flush=True)
-        rows = {"petrel": [], "journalctl": []}
+        rows = {"petrel": [], "journalctl": [], "base": []}
         for i in range(a.repeat):
             rows["journalctl"].append(run_journalctl(journal, work))
+            if a.base:
+                rows["base"].append(run_petrel(a.base, journal, a.entries, work))
+                print(f"run {i + 1}: base {rows['base'][-1]}", flush=True)
             rows["petrel"].append(run_petrel(a.bin, journal, a.entries, work))
             print(f"run {i + 1}: journalctl {rows['journalctl'][-1]} petrel {rows['petrel'][-1]}",
                   flush=True)
@@ -204,17 +209,22 @@ def main():
     n = a.entries
     out = [f"# journald source, {n:,} entries of 200-byte messages ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
            "",
-           f"`bench/journald.py --entries {n} --repeat {a.repeat}`; median (range).",
+           f"`bench/journald.py {' '.join(sys.argv[1:])}`; median (range).",
            "",
            "| reader | entries/s | CPU s per million (agent) | CPU s per million (journalctl) | peak RSS MB (agent) | peak RSS MB (journalctl) |",
            "|---|---|---|---|---|---|"]
-    p, j = rows["petrel"], rows["journalctl"]
-    out.append("| petrel journald → file (ndjson) | "
-               + fmt([n / r["secs"] for r in p], lambda v: f"{v:,.0f}") + " | "
-               + fmt([r["cpu"] * 1e6 / n for r in p], lambda v: f"{v:.2f}") + " | "
-               + fmt([r["jcpu"] * 1e6 / n for r in p], lambda v: f"{v:.2f}") + " | "
-               + fmt([r["rss"] / 1024 for r in p], lambda v: f"{v:.1f}") + " | "
-               + fmt([r["jrss"] / 1024 for r in p], lambda v: f"{v:.1f}") + " |")
+    j = rows["journalctl"]
+    sides = [("petrel journald → file (ndjson)", rows["petrel"])]
+    if a.base:
+        sides = [(f"petrel journald → file (ndjson), `{a.bin}`", rows["petrel"]),
+                 (f"the same, base `{a.base}`", rows["base"])]
+    for name, p in sides:
+        out.append(f"| {name} | "
+                   + fmt([n / r["secs"] for r in p], lambda v: f"{v:,.0f}") + " | "
+                   + fmt([r["cpu"] * 1e6 / n for r in p], lambda v: f"{v:.2f}") + " | "
+                   + fmt([r["jcpu"] * 1e6 / n for r in p], lambda v: f"{v:.2f}") + " | "
+                   + fmt([r["rss"] / 1024 for r in p], lambda v: f"{v:.1f}") + " | "
+                   + fmt([r["jrss"] / 1024 for r in p], lambda v: f"{v:.1f}") + " |")
     out.append("| `journalctl -o export > /dev/null` (peer, raw limit) | "
                + fmt([n / r["secs"] for r in j], lambda v: f"{v:,.0f}") + " | – | "
                + fmt([r["cpu"] * 1e6 / n for r in j], lambda v: f"{v:.2f}") + " | – | "

@@ -36,7 +36,7 @@
 //! the pipe to journalctl fills and it waits: backpressure.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -132,6 +132,10 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
 
 /// Bytes asked of one read of journalctl's output.
 const READ_BYTES: usize = 256 << 10;
+/// The buffer asked for journalctl's output pipe (the kernel's default is
+/// 64 KiB): with the default, a reader that keeps up wakes for every 64
+/// KiB journalctl writes, and those wakeups cost more than the parsing.
+const PIPE_BYTES: libc::c_int = 1 << 20;
 /// Syslog severity names, appended to every batch buffer so that `level`
 /// is a span like the other fields (no allocation per entry).
 const LEVELS: &[u8] = b"emergalertcriterrwarningnoticeinfodebug";
@@ -150,6 +154,9 @@ const LEVEL_SPANS: [(usize, usize); 8] = [
 /// every journald source); journals have a few hundred at most, and
 /// beyond this names are allocated per event instead of leaking more.
 const MAX_INTERNED: usize = 4096;
+/// Field positions of an entry whose names are remembered (entries have
+/// a few dozen fields).
+const MAX_POSITIONS: usize = 256;
 /// How often the checkpoint is written when it moved.
 const SAVE_EVERY: Duration = Duration::from_millis(200);
 const MIN_RESTART: Duration = Duration::from_millis(200);
@@ -378,6 +385,7 @@ impl petrel_core::plugin::SourceConfig for JournaldConfig {
             state: ctx.state.clone(),
             key: ctx.key.clone(),
             names: HashMap::new(),
+            by_position: Vec::new(),
             unit_filter,
             gaps: m.error_counter("journal_gap"),
             unsupported: m.error_counter("journal_unsupported"),
@@ -476,6 +484,25 @@ fn step(buf: &[u8], pos: usize) -> Step {
     }
 }
 
+/// One `read(2)` of at most `max` bytes from `out` appended to `buf`
+/// (whose spare capacity must hold them), without initialising the spare
+/// capacity first; the bytes read.
+fn read_spare(out: &mut ChildStdout, buf: &mut Vec<u8>, max: usize) -> std::io::Result<usize> {
+    let max = max.min(buf.capacity() - buf.len());
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: `spare` is `max` or more writable bytes owned by `buf`;
+    // read(2) writes at most `max` of them, and only the `n` it reports
+    // written become part of `buf`.
+    let n = unsafe { libc::read(out.as_raw_fd(), spare.as_mut_ptr().cast(), max) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the first `n` spare bytes were written by read(2) above.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
 /// The sequence number id and number of a cursor (`s=...;i=<hex>;...`).
 fn cursor_seq(c: &[u8]) -> Option<(&[u8], u64)> {
     let mut s = None;
@@ -507,6 +534,10 @@ struct Reader {
     key: String,
     /// Field names seen, as event keys.
     names: HashMap<Box<[u8]>, Key>,
+    /// The name and key of the field at each position of the last entry
+    /// seen there: a journal's entries mostly list the same fields in the
+    /// same order, so most names are found by one comparison, not hashed.
+    by_position: Vec<(Box<[u8]>, Key)>,
     unit_filter: Option<Vec<Vec<u8>>>,
     gaps: LazyCounter,
     unsupported: LazyCounter,
@@ -627,6 +658,12 @@ impl Reader {
                 "journalctl's output pipes are missing",
             ));
         };
+        // SAFETY: fcntl on the pipe we own; F_SETPIPE_SZ only changes its
+        // kernel buffer, and a refusal (over /proc/sys/fs/pipe-max-size)
+        // leaves the default, which works too.
+        unsafe {
+            libc::fcntl(stdout.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES);
+        }
         let watcher = StderrWatcher {
             key: self.key.clone(),
             journalctl: self.cfg.journalctl.clone(),
@@ -664,13 +701,12 @@ impl Reader {
                 continue;
             };
             let mut buf = std::mem::take(&mut self.carry);
-            let at = buf.len();
             buf.reserve(READ_BYTES + LEVELS.len());
-            buf.resize(at + READ_BYTES, 0);
             // One read: what the pipe holds now (waiting for a full block
-            // would hold back the last entries until more come).
-            let got = out.read(&mut buf[at..]);
-            buf.truncate(at + *got.as_ref().unwrap_or(&0));
+            // would hold back the last entries until more come), into the
+            // spare capacity as it is: zeroing 256 KiB before each read
+            // cost more than parsing what it brought.
+            let got = read_spare(&mut out, &mut buf, READ_BYTES);
             let n = match got {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
@@ -798,6 +834,22 @@ impl Reader {
         key
     }
 
+    /// The key of field `name` at position `i` of an entry.
+    fn key_at(&mut self, i: usize, name: &[u8]) -> Key {
+        if let Some((n, k)) = self.by_position.get(i) {
+            if **n == *name {
+                return k.clone();
+            }
+        }
+        let key = self.key_of(name);
+        if i < self.by_position.len() {
+            self.by_position[i] = (name.into(), key.clone());
+        } else if i == self.by_position.len() && i < MAX_POSITIONS {
+            self.by_position.push((name.into(), key.clone()));
+        }
+        key
+    }
+
     /// Parses the complete entries of `buf` into one batch and emits it;
     /// keeps the unfinished rest for the next read.
     fn emit_entries(
@@ -839,7 +891,7 @@ impl Reader {
             };
             let mut cursor = None;
             let mut level = None;
-            for &(n, v) in &fields {
+            for (i, &(n, v)) in fields.iter().enumerate() {
                 let name = n.get(&buf);
                 match name {
                     b"MESSAGE" => {
@@ -860,7 +912,7 @@ impl Reader {
                     }
                     _ => {}
                 }
-                let key = self.key_of(name);
+                let key = self.key_at(i, name);
                 // A field may repeat in an entry: its values become a list.
                 if let Some(slot) = ev.fields.iter_mut().find(|(k, _)| *k == key) {
                     match &mut slot.1 {
@@ -1198,6 +1250,7 @@ mod tests {
                 state: StateStore::new(std::path::Path::new("/nonexistent"), "p/j"),
                 key: "p/j".into(),
                 names: HashMap::new(),
+                by_position: Vec::new(),
                 unit_filter: None,
                 gaps: metrics.error_counter("journal_gap"),
                 unsupported: metrics.error_counter("journal_unsupported"),

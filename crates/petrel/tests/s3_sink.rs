@@ -10,7 +10,6 @@ mod server;
 mod versitygw;
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -36,20 +35,7 @@ fn pipeline(log: &Path, sink: &str) -> String {
 
 /// An object's lines, decompressed by its extension.
 fn object_lines(vg: &Versity, key: &str) -> Vec<String> {
-    let raw = vg.get(key);
-    let mut text = String::new();
-    if key.ends_with(".gz") {
-        flate2::read::MultiGzDecoder::new(&raw[..])
-            .read_to_string(&mut text)
-            .unwrap_or_else(|e| panic!("{key} is not gzip: {e}"));
-    } else if key.ends_with(".zst") {
-        let bytes =
-            zstd::stream::decode_all(&raw[..]).unwrap_or_else(|e| panic!("{key} is not zstd: {e}"));
-        text = String::from_utf8(bytes).expect("utf-8");
-    } else {
-        text = String::from_utf8(raw).expect("utf-8");
-    }
-    text.lines().map(str::to_string).collect()
+    vg.object_lines(key)
 }
 
 /// The objects under `prefix` and, for each line, the objects holding it.

@@ -8,6 +8,7 @@
 mod common;
 mod opensearch;
 mod server;
+mod versitygw;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -16,6 +17,18 @@ use std::time::Duration;
 
 use common::*;
 use opensearch::OpenSearch;
+use versitygw::Versity;
+
+/// How many times each line is in the objects of the bucket.
+fn s3_line_counts(vg: &Versity) -> std::collections::HashMap<String, usize> {
+    let mut seen = std::collections::HashMap::new();
+    for o in vg.list() {
+        for l in vg.object_lines(&o.key) {
+            *seen.entry(l).or_insert(0) += 1;
+        }
+    }
+    seen
+}
 
 /// `n` numbered lines `line-0000000 petrel ...` from `from`.
 fn numbered(from: usize, n: usize) -> Vec<u8> {
@@ -51,6 +64,7 @@ fn a_stopped_store_holds_back_no_other_sink_and_catches_up_after_kill_9_without_
     const WHILE_DOWN: usize = 300_000;
     const LIMIT: u64 = 4 << 20;
     let mut os = OpenSearch::start(&[]);
+    let vg = Versity::start();
     let dir = tempdir();
     let log = dir.path().join("app.log");
     let out = dir.path().join("out.ndjson");
@@ -60,10 +74,11 @@ fn a_stopped_store_holds_back_no_other_sink_and_catches_up_after_kill_9_without_
         dir.path(),
         "both",
         &format!(
-            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: file\n    id: archive\n    path: {}\n    encoding: ndjson\n  - type: elasticsearch\n    component_id: store\n    endpoints: [\"{}\"]\n    index: buffered\n    batch: {{ max_events: 1000, timeout_ms: 200 }}\n    buffer: {{ type: disk, max_size: 256MiB, when_full: block }}\n",
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: file\n    id: archive\n    path: {}\n    encoding: ndjson\n  - type: elasticsearch\n    component_id: store\n    endpoints: [\"{}\"]\n    index: buffered\n    batch: {{ max_events: 1000, timeout_ms: 200 }}\n    buffer: {{ type: disk, max_size: 256MiB, when_full: block }}\n  - type: s3\n    id: archive_s3\n{}    encoding: text\n    key_prefix: \"all/\"\n    batch: {{ timeout_ms: 1000 }}\n",
             log.display(),
             out.display(),
-            os.url()
+            os.url(),
+            vg.sink_keys()
         ),
     );
     let opts = || AgentOptions {
@@ -98,6 +113,15 @@ fn a_stopped_store_holds_back_no_other_sink_and_catches_up_after_kill_9_without_
             other => Err(format!("checkpoint {other:?} of {size}")),
         },
     );
+    // The s3 archive too, before OpenSearch comes back.
+    wait_for(Duration::from_secs(120), "the s3 sink has every line while OpenSearch is down", || {
+        let n = s3_line_counts(&vg).len();
+        if n >= total {
+            Ok(())
+        } else {
+            Err(format!("{n} of {total} distinct lines in objects"))
+        }
+    });
     let held = buffer_metric(&agent, "petrel_component_buffer_bytes", "store");
     assert!(
         held > 1e6,
@@ -147,6 +171,11 @@ fn a_stopped_store_holds_back_no_other_sink_and_catches_up_after_kill_9_without_
         seen.insert(v["message"].as_str().unwrap_or_default().to_string());
     }
     assert_eq!(seen.len(), total, "distinct lines in the file sink");
+    // The archive kept its promise across the kill: each line in one object.
+    let counts = s3_line_counts(&vg);
+    assert_eq!(counts.len(), total, "distinct lines in the s3 objects");
+    let twice: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).take(5).collect();
+    assert!(twice.is_empty(), "lines in two objects: {twice:?}");
     agent.stop();
 }
 

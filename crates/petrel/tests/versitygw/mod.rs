@@ -164,6 +164,26 @@ impl Versity {
         out
     }
 
+    /// The lines of object `key`, decompressed by its extension (`.gz`,
+    /// `.zst`, else as stored).
+    pub fn object_lines(&self, key: &str) -> Vec<String> {
+        use std::io::Read;
+        let raw = self.get(key);
+        let mut text = String::new();
+        if key.ends_with(".gz") {
+            flate2::read::MultiGzDecoder::new(&raw[..])
+                .read_to_string(&mut text)
+                .unwrap_or_else(|e| panic!("{key} is not gzip: {e}"));
+        } else if key.ends_with(".zst") {
+            let bytes = zstd::stream::decode_all(&raw[..])
+                .unwrap_or_else(|e| panic!("{key} is not zstd: {e}"));
+            text = String::from_utf8(bytes).expect("utf-8");
+        } else {
+            text = String::from_utf8(raw).expect("utf-8");
+        }
+        text.lines().map(str::to_string).collect()
+    }
+
     /// The bytes of object `key` (as stored: still compressed).
     pub fn get(&self, key: &str) -> Vec<u8> {
         let bucket = self.bucket();

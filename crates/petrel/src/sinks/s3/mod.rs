@@ -527,7 +527,7 @@ impl Sink for S3Sink {
         let mut raw = Vec::with_capacity(batch.buf.len() + batch.buf.len() / 8);
         let mut ends = Vec::with_capacity(batch.events.len());
         out.invalid_utf8 =
-            encode_batch(self.config.encoding, batch, &mut raw, Some(&mut ends)).invalid_utf8;
+            encode_batch(&self.config.encoding, batch, &mut raw, Some(&mut ends)).invalid_utf8;
         // A prefix without fields depends only on the time, to the
         // second: rendered once per second that occurs in the batch.
         let static_prefix = self.config.key_prefix.is_static();

@@ -114,14 +114,18 @@ fn a_stopped_store_holds_back_no_other_sink_and_catches_up_after_kill_9_without_
         },
     );
     // The s3 archive too, before OpenSearch comes back.
-    wait_for(Duration::from_secs(120), "the s3 sink has every line while OpenSearch is down", || {
-        let n = s3_line_counts(&vg).len();
-        if n >= total {
-            Ok(())
-        } else {
-            Err(format!("{n} of {total} distinct lines in objects"))
-        }
-    });
+    wait_for(
+        Duration::from_secs(120),
+        "the s3 sink has every line while OpenSearch is down",
+        || {
+            let n = s3_line_counts(&vg).len();
+            if n >= total {
+                Ok(())
+            } else {
+                Err(format!("{n} of {total} distinct lines in objects"))
+            }
+        },
+    );
     let held = buffer_metric(&agent, "petrel_component_buffer_bytes", "store");
     assert!(
         held > 1e6,

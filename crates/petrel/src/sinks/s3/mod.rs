@@ -665,7 +665,7 @@ impl petrel_core::plugin::SinkConfig for S3Config {
         metrics: ComponentMetrics,
         engine: &EngineOptions,
     ) -> anyhow::Result<Arc<dyn Sink>> {
-        let path = journal_path(&engine.data_dir, &metrics.health_key());
+        let path = journal_path(&engine.data_dir, metrics.health_key());
         let journal = Journal::open(&path).map_err(|e| {
             anyhow::anyhow!("the record of completed objects {}: {e}", path.display())
         })?;

@@ -126,6 +126,12 @@ def write_pipeline(path, log_file, sink, read_from, parse=None, sink_path=None):
         # /dev/null unless a real output file is given (throughput --sink-dir).
         sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
                      f"    encoding: {sink}\n")
+    elif sink == "template":
+        # The text encoding with a line template of four fields (a time
+        # filter, two source fields, the message), as /var/log/messages.
+        tpl = "{{ timestamp | %b %e %H:%M:%S }} {{ host }} {{ source_type }}: {{ message }}"
+        sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
+                     f"    encoding: {{ codec: text, template: {json.dumps(tpl)} }}\n")
     elif sink.startswith("ndjson-file:"):
         # A real file (on tmpfs in bench/sinks.sh): the write is paid.
         sink_yaml = (f"  - type: file\n    path: {json.dumps(sink[len('ndjson-file:'):])}\n"
@@ -429,7 +435,7 @@ def cmd_throughput(a):
     # checked after the run and always deleted (1 GiB outputs must not pile
     # up in RAM).
     sink_path = None
-    if a.sink_dir and a.sink.removesuffix(DISK_BUFFER) in ("text", "ndjson"):
+    if a.sink_dir and a.sink.removesuffix(DISK_BUFFER) in ("text", "ndjson", "template"):
         os.makedirs(a.sink_dir, exist_ok=True)
         sink_path = os.path.join(os.path.abspath(a.sink_dir),
                                  f"sink-{os.getpid()}.{a.sink.removesuffix(DISK_BUFFER)}")
@@ -556,7 +562,7 @@ def run_throughput(a, workdir, data_dir, cfg, read_path, size, sink_path):
         "stop_s": stop_s, "polls": polls,
         "busy_before": busy_before, "other_cpu_s": max(other, 0.0),
         "tap": a.tap, "tap_skipped": int(tap_skipped),
-        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson") else None),
+        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson", "template") else None),
         "sink_bytes": sink_bytes, "sink_lines": sink_lines,
     })
 
@@ -855,8 +861,9 @@ def main():
     t.add_argument("--lines", type=int, required=True,
                    help="events expected at the sink; 0 = wait for committed offset == size")
     t.add_argument("--sink", required=True,
-                   help="blackhole, text, ndjson (file sink on /dev/null), ndjson-file:PATH, "
-                        "elasticsearch:URL, loki:URL, loki-json:URL, http:URL, opentelemetry:URL, s3:URL")
+                   help="blackhole, text, ndjson, template (file sink on /dev/null), ndjson-file:PATH, "
+                        "elasticsearch:URL, loki:URL, loki-json:URL, http:URL, opentelemetry:URL, s3:URL; "
+                        "a name ending in +disk puts the sink behind a disk buffer")
     t.add_argument("--sink-dir", metavar="DIR",
                    help="text/ndjson: the file sink writes DIR/sink-PID.SINK instead of "
                         "/dev/null; the output is checked after the run and deleted")

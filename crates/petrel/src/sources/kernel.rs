@@ -36,6 +36,7 @@ use petrel_core::state::StateStore;
 use petrel_core::{
     BatchAck, Event, EventBatch, Key, LazyCounter, PipelineBudget, SourceInfo, Span, Value,
 };
+use petrel_syslog::writer::FACILITIES;
 
 use super::ordered::{readable, OrderedShared, RunningOrdered};
 
@@ -90,32 +91,6 @@ const LEVEL_SPANS: [(usize, usize); 8] = [
 ];
 /// Offset of the digits `0`..`7` in [`LEVELS`].
 const DIGITS: usize = 39;
-const FACILITIES: [&str; 24] = [
-    "kern",
-    "user",
-    "mail",
-    "daemon",
-    "auth",
-    "syslog",
-    "lpr",
-    "news",
-    "uucp",
-    "cron",
-    "authpriv",
-    "ftp",
-    "ntp",
-    "security",
-    "console",
-    "solaris-cron",
-    "local0",
-    "local1",
-    "local2",
-    "local3",
-    "local4",
-    "local5",
-    "local6",
-    "local7",
-];
 const SAVE_EVERY: Duration = Duration::from_millis(200);
 
 /// Configuration of the kernel source.

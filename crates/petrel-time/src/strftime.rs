@@ -240,10 +240,10 @@ impl TimeFormatter {
                     num(out, v, usize::from(*digits), b'0');
                 }
                 Out::FracAuto => {
-                    if nanos % 1_000_000 == 0 && nanos > 0 {
+                    if nanos.is_multiple_of(1_000_000) && nanos > 0 {
                         out.push(b'.');
                         num(out, i64::from(nanos / 1_000_000), 3, b'0');
-                    } else if nanos % 1000 == 0 && nanos > 0 {
+                    } else if nanos.is_multiple_of(1000) && nanos > 0 {
                         out.push(b'.');
                         num(out, i64::from(nanos / 1000), 6, b'0');
                     } else if nanos > 0 {

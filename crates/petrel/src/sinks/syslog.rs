@@ -180,8 +180,8 @@ pub struct SyslogSinkConfig {
     timezone: TimeZone,
 }
 
-/// Reads a facility or severity name or number; `None` when it is none.
-type CodeCheck = fn(&[u8]) -> Option<u8>;
+/// Reads a facility or severity code from text.
+type CodeParser = fn(&[u8]) -> Option<u8>;
 
 /// A header key: a template, checked now when it is static text (a
 /// facility name that does not exist is a configuration error).
@@ -189,7 +189,7 @@ fn header(
     map: &Map<'_>,
     key: &str,
     default: &'static [&'static str],
-    check: Option<CodeCheck>,
+    check: Option<CodeParser>,
     what: &str,
 ) -> Option<Source> {
     let Some(n) = map.get(key) else {
@@ -379,7 +379,7 @@ impl SyslogSink {
     fn code(
         &self,
         src: &Source,
-        parse: fn(&[u8]) -> Option<u8>,
+        parse: CodeParser,
         default: u8,
         ev: &Event,
         batch: &EventBatch,

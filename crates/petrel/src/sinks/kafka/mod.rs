@@ -79,9 +79,9 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     },
     petrel_core::plugin::KeyDoc {
         name: "encoding",
-        kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson"]),
+        kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson", "map"]),
         default: Some(r#"text"#),
-        doc: r#"One message per event: the message bytes, or a JSON object with every field."#,
+        doc: r#"One message per event: the message bytes, a JSON object with every field, or `{codec: text, template: ...}` a line template (see the file sink's `encoding`)."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "compression",

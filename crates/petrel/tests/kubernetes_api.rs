@@ -96,6 +96,37 @@ fn job_spec() -> Value {
     json!({"template": {"spec": {"containers": containers(), "restartPolicy": "Never"}}})
 }
 
+/// CronJob `backup` in namespace `shop`, its Job `backup-2902` and that
+/// Job's pod `backup-2902-z` on [`NODE`]; returns the pod's uid.
+fn cronjob_pod(k: &KubeApiServer) -> String {
+    let cj = workload(
+        k,
+        "/apis/batch/v1",
+        "cronjobs",
+        "shop",
+        "backup",
+        json!({"schedule": "0 3 * * *", "jobTemplate": {"spec": job_spec()}}),
+        None,
+    );
+    let job = workload(
+        k,
+        "/apis/batch/v1",
+        "jobs",
+        "shop",
+        "backup-2902",
+        job_spec(),
+        Some(owner("batch/v1", "CronJob", "backup", &cj)),
+    );
+    pod(
+        k,
+        "shop",
+        "backup-2902-z",
+        NODE,
+        json!({"app": "backup"}),
+        Some(owner("batch/v1", "Job", "backup-2902", &job)),
+    )
+}
+
 /// A pod bound to `node_name`; its uid.
 fn pod(
     k: &KubeApiServer,
@@ -370,32 +401,7 @@ fn owners_namespace_and_node_metadata_and_a_namespace_label_added_later() {
         json!({"app": "agent"}),
         Some(owner("apps/v1", "DaemonSet", "agent", &ds)),
     );
-    let cj = workload(
-        &k,
-        "/apis/batch/v1",
-        "cronjobs",
-        "shop",
-        "backup",
-        json!({"schedule": "0 3 * * *", "jobTemplate": {"spec": job_spec()}}),
-        None,
-    );
-    let job = workload(
-        &k,
-        "/apis/batch/v1",
-        "jobs",
-        "shop",
-        "backup-2902",
-        job_spec(),
-        Some(owner("batch/v1", "CronJob", "backup", &cj)),
-    );
-    let backup = pod(
-        &k,
-        "shop",
-        "backup-2902-z",
-        NODE,
-        json!({"app": "backup"}),
-        Some(owner("batch/v1", "Job", "backup-2902", &job)),
-    );
+    let backup = cronjob_pod(&k);
     let solo = pod(&k, "shop", "solo", NODE, json!({"app": "solo"}), None);
     k.patch(
         "/api/v1/namespaces/shop/pods/solo/status",
@@ -993,32 +999,7 @@ fn containerd_containers_of_api_pods_carry_runtime_and_api_fields() {
         "/api/v1/namespaces/shop/pods/web-7d9f8-x1/status",
         json!({"status": {"podIP": "192.0.2.21", "podIPs": [{"ip": "192.0.2.21"}]}}),
     );
-    let cj = workload(
-        &k,
-        "/apis/batch/v1",
-        "cronjobs",
-        "shop",
-        "backup",
-        json!({"schedule": "0 3 * * *", "jobTemplate": {"spec": job_spec()}}),
-        None,
-    );
-    let job = workload(
-        &k,
-        "/apis/batch/v1",
-        "jobs",
-        "shop",
-        "backup-2902",
-        job_spec(),
-        Some(owner("batch/v1", "CronJob", "backup", &cj)),
-    );
-    let backup = pod(
-        &k,
-        "shop",
-        "backup-2902-z",
-        NODE,
-        json!({"app": "backup"}),
-        Some(owner("batch/v1", "Job", "backup-2902", &job)),
-    );
+    let backup = cronjob_pod(&k);
 
     let cd = Containerd::start().expect("start containerd (scripts/cri-lab.sh setup first)");
     let lab = cd.client().expect("CRI client");

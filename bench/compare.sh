@@ -5,7 +5,8 @@
 #
 #   bench/compare.sh COMMIT [DATASET...]    (default: all data sets)
 #
-# 1. Builds COMMIT's release binary (cargo build --release -p petrel) in a
+# 1. Builds COMMIT's release binary (cargo build --release -p petrel; with
+#    BENCH_PROFILE=ci the test command's profile, minutes instead of twenty) in a
 #    git worktree bench/out/compare/<short-sha>/src with CARGO_TARGET_DIR
 #    bench/out/compare/target (shared by every compared commit; seeded once
 #    from the current tree's target/release, so that the dependencies are
@@ -46,7 +47,7 @@ CMP="$OUT/compare"
 command -v python3 >/dev/null || die "python3 is required"
 BASE_SHA=$(git -C "$ROOT" rev-parse --verify --quiet "$1^{commit}") || die "'$1' is not a commit"
 BASE_SHORT=$(git -C "$ROOT" rev-parse --short "$BASE_SHA")
-BASE_DIR="$CMP/$BASE_SHORT"
+BASE_DIR="$CMP/$BASE_SHORT-$BENCH_PROFILE"
 BASE_BIN="$BASE_DIR/petrel"
 shift
 datasets=("$@")
@@ -66,16 +67,16 @@ build_base() {
         rm -rf -- "$src"
         git -C "$ROOT" worktree add --force --detach "$src" "$BASE_SHA" >&2 || die "git worktree add failed"
     fi
-    local own_target="${CARGO_TARGET_DIR:-$ROOT/target}/release"
-    if [[ ! -d "$target/release" && -d "$own_target" ]]; then
+    local own_target="${CARGO_TARGET_DIR:-$ROOT/target}/$BENCH_PROFILE"
+    if [[ ! -d "$target/$BENCH_PROFILE" && -d "$own_target" ]]; then
         echo "== seeding $target from $own_target (dependencies are then not rebuilt)" >&2
         mkdir -p "$target"
         cp -a --reflink=auto "$own_target" "$target/" || die "could not copy $own_target"
     fi
-    echo "== cargo build --release -p petrel at $BASE_SHORT (in $src)" >&2
-    (cd "$src" && CARGO_TARGET_DIR="$target" cargo build --release -p petrel) \
-        || die "release build of $BASE_SHORT failed"
-    cp "$target/release/petrel" "$BASE_BIN.tmp" && mv "$BASE_BIN.tmp" "$BASE_BIN"
+    echo "== $(build_command) at $BASE_SHORT (in $src)" >&2
+    (cd "$src" && CARGO_TARGET_DIR="$target" $(build_command)) \
+        || die "$BENCH_PROFILE build of $BASE_SHORT failed"
+    cp "$target/$BENCH_PROFILE/petrel" "$BASE_BIN.tmp" && mv "$BASE_BIN.tmp" "$BASE_BIN"
     # The binary is what is reused; a registered worktree would linger in
     # everyone's `git worktree list`.
     git -C "$ROOT" worktree remove --force "$src" || echo "$SCRIPT_NAME: warning: could not remove the worktree $src" >&2

@@ -8,7 +8,11 @@
 # sets OUT, BIN, HELPER, the knobs' defaults and the traps.
 
 OUT="$ROOT/bench/out"
-BUILT="${CARGO_TARGET_DIR:-$ROOT/target}/release/petrel"
+# BENCH_PROFILE=ci measures the test command's build (release without LTO,
+# minutes to build instead of twenty); both sides of bench/compare.sh then
+# use it, so that the ratio compares code, not profiles.
+BENCH_PROFILE="${BENCH_PROFILE:-release}"
+BUILT="${CARGO_TARGET_DIR:-$ROOT/target}/$BENCH_PROFILE/petrel"
 # Benchmarks run a private copy: others may rebuild target/ meanwhile.
 BIN="$OUT/petrel"
 HELPER="$ROOT/bench/petrel_bench.py"
@@ -74,14 +78,25 @@ now() { date +%s.%N; }
 # Comparisons print 1 or 0.
 calc() { awk "BEGIN { printf \"%.9g\", $1 }" </dev/null; }
 
+# The cargo command that builds the agent in BENCH_PROFILE. The ci profile
+# builds the workspace as the test command does (a `-p petrel` build would
+# unify other features and rebuild the dependencies).
+build_command() {
+    if [[ "$BENCH_PROFILE" == release ]]; then
+        echo "cargo build --release -p petrel"
+    else
+        echo "cargo build --profile $BENCH_PROFILE --workspace --locked"
+    fi
+}
+
 # Builds the current tree (unless BENCH_NO_BUILD=1) and copies its binary
 # to $BIN; BUILT_FROM says what it was built from.
 build() {
     if [[ "${BENCH_NO_BUILD:-0}" != 1 ]]; then
-        echo "== cargo build --release -p petrel" >&2
-        (cd "$ROOT" && cargo build --release -p petrel) || die "release build failed"
+        echo "== $(build_command)" >&2
+        (cd "$ROOT" && $(build_command)) || die "$BENCH_PROFILE build failed"
     fi
-    [[ -x "$BUILT" ]] || die "$BUILT not found; run cargo build --release -p petrel"
+    [[ -x "$BUILT" ]] || die "$BUILT not found; run $(build_command)"
     cp "$BUILT" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
     # What the copied binary was built from (others may commit meanwhile).
     BUILT_FROM="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'no git')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')"

@@ -173,47 +173,87 @@ pub struct BufferGauges {
 /// zero-valued series for every component, most of which never count
 /// anything (issue 22). After the first increment the series is the same
 /// as one from [`ComponentMetrics::error`], and is never removed.
-/// `LazyCounter::default()` counts in a family registered nowhere (tests).
+///
+/// An unused handle allocates nothing: it holds the component's shared
+/// labels and the registry (two reference counts) and a static name; a
+/// thousand pipelines with half a dozen handles each used to spend 120
+/// bytes of heap per handle (issue 33). A clone made before the first
+/// increment registers on its own first increment, into the same series.
+/// `LazyCounter::default()` counts in a counter registered nowhere (tests).
 #[derive(Clone, Debug, Default)]
-pub struct LazyCounter(Arc<LazyInner>);
-
-#[derive(Debug, Default)]
-struct LazyInner {
-    /// Detached (registered nowhere) for [`LazyCounter::default`].
-    family: Family<ComponentLabels, Counter>,
-    /// Without the extra pair: that is added at registration, so that an
-    /// unused handle holds no allocation of its own.
-    labels: ComponentLabels,
-    key: &'static str,
-    value: Cow<'static, str>,
+pub struct LazyCounter {
+    /// The registry and the component whose series this is; `None`:
+    /// detached (registered nowhere).
+    home: Option<(Arc<Metrics>, Arc<ComponentId>)>,
+    kind: LazyKind,
+    value: &'static str,
     counter: OnceLock<Counter>,
+}
+
+/// The family of a [`LazyCounter`], and so its labels.
+#[derive(Clone, Copy, Debug, Default)]
+enum LazyKind {
+    /// `petrel_component_errors_total`, `error_type` = the value.
+    #[default]
+    Error,
+    /// `petrel_component_discarded_events_total`, `reason` = the value.
+    Discarded,
+    /// `petrel_backpressure_pauses_total` of the component's pipeline
+    /// (labelled by the pipeline alone).
+    PipelinePauses,
 }
 
 impl LazyCounter {
     fn new(
-        family: Family<ComponentLabels, Counter>,
-        labels: ComponentLabels,
-        key: &'static str,
-        value: Cow<'static, str>,
+        labels: &ComponentLabels,
+        metrics: &Arc<Metrics>,
+        kind: LazyKind,
+        value: &'static str,
     ) -> Self {
-        Self(Arc::new(LazyInner {
-            family,
-            labels,
-            key,
+        Self {
+            home: Some((metrics.clone(), labels.component.clone())),
+            kind,
             value,
             counter: OnceLock::new(),
-        }))
-    }
-
-    fn full_labels(&self) -> ComponentLabels {
-        self.0.labels.with(self.0.key, self.0.value.clone())
+        }
     }
 
     /// The registered counter, registering it on the first call.
     fn counter(&self) -> &Counter {
-        self.0
-            .counter
-            .get_or_init(|| self.0.family.get_or_create(&self.full_labels()).clone())
+        self.counter
+            .get_or_init(|| self.find(true).unwrap_or_default())
+    }
+
+    /// The counter of this series in its family, created when `create`.
+    fn find(&self, create: bool) -> Option<Counter> {
+        let (metrics, component) = self.home.as_ref()?;
+        let labels = || ComponentLabels {
+            component: component.clone(),
+            extra: vec![(
+                match self.kind {
+                    LazyKind::Error => "error_type",
+                    _ => "reason",
+                },
+                Cow::Borrowed(self.value),
+            )],
+        };
+        let family = match self.kind {
+            LazyKind::Error => &metrics.errors,
+            LazyKind::Discarded => &metrics.discarded,
+            LazyKind::PipelinePauses => {
+                let labels = vec![("pipeline".to_string(), component.pipeline.clone())];
+                return if create {
+                    Some(metrics.backpressure_pauses.get_or_create(&labels).clone())
+                } else {
+                    metrics.backpressure_pauses.get(&labels).map(|c| c.clone())
+                };
+            }
+        };
+        if create {
+            Some(family.get_or_create(&labels()).clone())
+        } else {
+            family.get(&labels()).map(|c| c.clone())
+        }
     }
 
     /// Adds one; returns the previous value.
@@ -229,13 +269,10 @@ impl LazyCounter {
     /// The current value: 0 until the series exists (incremented through
     /// this handle or any other with the same labels).
     pub fn get(&self) -> u64 {
-        if let Some(c) = self.0.counter.get() {
+        if let Some(c) = self.counter.get() {
             return c.get();
         }
-        self.0
-            .family
-            .get(&self.full_labels())
-            .map_or(0, |c| c.get())
+        self.find(false).map_or(0, |c| c.get())
     }
 }
 
@@ -591,24 +628,22 @@ impl ComponentMetrics {
 
     /// A counter for `reason`, to keep on a hot path; its series appears
     /// at the first increment.
-    pub fn discarded_counter(&self, reason: impl Into<Cow<'static, str>>) -> LazyCounter {
-        LazyCounter::new(
-            self.metrics.discarded.clone(),
-            self.labels.clone(),
-            "reason",
-            reason.into(),
-        )
+    pub fn discarded_counter(&self, reason: &'static str) -> LazyCounter {
+        LazyCounter::new(&self.labels, &self.metrics, LazyKind::Discarded, reason)
     }
 
     /// A counter for `error_type`, to keep on a hot path; its series
     /// appears at the first increment.
-    pub fn error_counter(&self, error_type: impl Into<Cow<'static, str>>) -> LazyCounter {
-        LazyCounter::new(
-            self.metrics.errors.clone(),
-            self.labels.clone(),
-            "error_type",
-            error_type.into(),
-        )
+    pub fn error_counter(&self, error_type: &'static str) -> LazyCounter {
+        LazyCounter::new(&self.labels, &self.metrics, LazyKind::Error, error_type)
+    }
+
+    /// The `petrel_backpressure_pauses_total` counter of this component's
+    /// pipeline, to keep on a hot path; its series appears at the first
+    /// pause (a zero-valued series per pipeline is not worth its memory
+    /// and `/metrics` lines, issue 33).
+    pub fn backpressure_pauses(&self) -> LazyCounter {
+        LazyCounter::new(&self.labels, &self.metrics, LazyKind::PipelinePauses, "")
     }
 
     /// The open-connections gauge of this (receiving) source.
@@ -845,5 +880,44 @@ mod tests {
         filtered.inc();
         assert_eq!(a.discarded_count("filtered"), 1);
         assert_eq!(m.render().matches("error_type=\"read_failed\"").count(), 2);
+    }
+
+    #[test]
+    fn backpressure_pauses_appear_at_the_first_pause() {
+        let m = Metrics::new();
+        let a = m.component("p1", "source", "in", "file");
+        let b = m.component("p1", "source", "other", "file");
+        let (pa, pb) = (a.backpressure_pauses(), b.backpressure_pauses());
+        let early_clone = pa.clone();
+        assert!(!m.render().contains("petrel_backpressure_pauses_total"));
+        assert_eq!(pa.get(), 0);
+        pa.inc();
+        // One series per pipeline, whichever source paused.
+        pb.inc();
+        early_clone.inc();
+        let text = m.render();
+        assert!(
+            text.contains("petrel_backpressure_pauses_total{pipeline=\"p1\"} 3\n"),
+            "{text}"
+        );
+        assert_eq!(pb.get(), 3);
+        // A detached handle counts without a series.
+        let detached = LazyCounter::default();
+        detached.inc_by(4);
+        assert_eq!(detached.get(), 4);
+    }
+
+    #[test]
+    fn an_unused_lazy_counter_allocates_nothing() {
+        // Its size is what a component pays per error type or reason: no
+        // heap block behind it until the first increment.
+        assert!(std::mem::size_of::<LazyCounter>() <= 56);
+        let m = Metrics::new();
+        let a = m.component("p1", "source", "in", "file");
+        let c = a.error_counter("read_failed");
+        let (metrics, component) = c.home.as_ref().unwrap();
+        assert!(Arc::ptr_eq(metrics, &m));
+        assert!(Arc::ptr_eq(component, &a.labels.component));
+        assert!(c.counter.get().is_none());
     }
 }

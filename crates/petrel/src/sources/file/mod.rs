@@ -319,10 +319,7 @@ pub fn start_reading(
             sent_events: m.sent_events.clone(),
             sent_bytes: m.sent_bytes.clone(),
             split_lines: m.error_counter("line_too_long"),
-            pauses: agent
-                .backpressure_pauses
-                .get_or_create(&vec![("pipeline".to_string(), ctx.pipeline.clone())])
-                .clone(),
+            pauses: m.backpressure_pauses(),
             read_errors: m.error_counter("read_failed"),
             truncations: m.error_counter("file_truncated"),
             meta: ctx.meta.clone(),

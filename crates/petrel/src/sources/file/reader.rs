@@ -52,7 +52,7 @@ pub struct ReadContext {
     /// Lines split because they exceeded `max_line_bytes`.
     pub split_lines: LazyCounter,
     /// Pauses because the memory budget was full.
-    pub pauses: Counter,
+    pub pauses: LazyCounter,
     /// Read errors.
     pub read_errors: LazyCounter,
     /// Files found truncated (copytruncate) and re-read from 0.
@@ -1013,7 +1013,7 @@ mod tests {
             sent_events: Counter::default(),
             sent_bytes: Counter::default(),
             split_lines: LazyCounter::default(),
-            pauses: Counter::default(),
+            pauses: LazyCounter::default(),
             read_errors: LazyCounter::default(),
             truncations: LazyCounter::default(),
             meta: Arc::new([]),

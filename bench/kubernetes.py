@@ -12,7 +12,11 @@ total. Pipelines: N pipeline files (a config directory) at a constant
 3 MB/s; 4 of them each select one of the 4 writing pods
 (`include: { pods: [web-K] }`), the others select pods that do not exist,
 as in iLogtail's many-configs experiment; every pipeline has its own
-blackhole sink.
+blackhole sink. `--source file`: plain `file` sources instead, the idle
+ones naming one absent literal path each; `--source file-glob`: every
+pipeline's `file` source includes `<work>/apps/app-N/*.log` over a
+directory that exists (issue 33's set-up; only the 4 active ones hold a
+file).
 
 The writer is a separate process (this script with `--writer`) that, every
 20 ms (`--flush-ms`), appends the lines due since the start to each container's file in
@@ -236,11 +240,24 @@ def run(a, rate, pipelines):
             p = os.path.join(d, "0.log")
             open(p, "wb").close()
             files.append(p)
+        if a.source == "file-glob":
+            # One directory per pipeline, each its own `*.log` glob; the 4
+            # active ones hold the written file, the others stay empty.
+            files = []
+            for i in range(pipelines or 1):
+                d = os.path.join(work, "apps", f"app-{i}")
+                os.makedirs(d)
+                if i < len(PODS):
+                    p = os.path.join(d, "0.log")
+                    open(p, "wb").close()
+                    files.append(p)
         if pipelines is None:
             cfg = os.path.join(work, "k8s.yaml")
             with open(cfg, "w") as f:
                 if a.source == "file":
                     f.write(file_source(files))
+                elif a.source == "file-glob":
+                    f.write(file_source([os.path.join(work, "apps", "app-0", "*.log")]))
                 else:
                     f.write(kube_source(pods, a.runtime, None))
         else:
@@ -252,6 +269,8 @@ def run(a, rate, pipelines):
                     if a.source == "file":
                         path = files[i] if i < len(files) else os.path.join(work, "absent", f"{i}.log")
                         f.write(file_source([path]))
+                    elif a.source == "file-glob":
+                        f.write(file_source([os.path.join(work, "apps", f"app-{i}", "*.log")]))
                     else:
                         f.write(kube_source(pods, a.runtime, f"{{ pods: [{pod}] }}"))
         row = measure(a, work, cfg, files, rate)
@@ -560,8 +579,10 @@ def main():
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--runtime", default="none", choices=["none", "auto", "containerd", "docker"])
     p.add_argument("--threads", type=int)
-    p.add_argument("--source", default="kubernetes_logs", choices=["kubernetes_logs", "file"],
-                   help="file: plain file sources (one file per active pipeline) instead of kubernetes_logs")
+    p.add_argument("--source", default="kubernetes_logs", choices=["kubernetes_logs", "file", "file-glob"],
+                   help="file: plain file sources (one file per active pipeline, the idle ones name an "
+                   "absent literal path) instead of kubernetes_logs; file-glob: every pipeline's source "
+                   "includes `<work>/apps/app-N/*.log`, a directory that exists (empty for the idle ones)")
     p.add_argument("--flush-ms", type=float, default=TICK * 1000,
                    help="the writer appends to each file once per this period (default 20)")
     p.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "petrel"))

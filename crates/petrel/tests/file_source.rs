@@ -979,3 +979,75 @@ fn inotify_storm_beside_collected_file() {
     );
     assert!((0..N).all(|n| seen.contains_key(&n)));
 }
+
+/// Scenario 13: many pipelines, each a glob over its own directory (issue
+/// 33's set-up, where the include globs are matched through one map of
+/// directories instead of a regex per glob): each pipeline gets the files
+/// of its directory and only those, a directory created after the start is
+/// picked up, and no zero-valued backpressure or error series appear.
+#[test]
+fn many_pipelines_each_glob_their_own_directory() {
+    const PIPELINES: usize = 40;
+    let dir = tempdir();
+    let apps = dir.path().join("apps");
+    let cfg = dir.path().join("pipelines");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let out = |i: usize| dir.path().join("out").join(format!("out-{i}.log"));
+    for i in 0..PIPELINES {
+        // The last two directories appear only after the start.
+        if i < PIPELINES - 2 {
+            std::fs::create_dir_all(apps.join(format!("app-{i}"))).unwrap();
+        }
+        let include = format!("{}/app-{i}/*.log", apps.display());
+        write_config(
+            &cfg,
+            &format!("p{i:02}"),
+            &simple_config(&include, &out(i), ""),
+        );
+    }
+    let lines =
+        |i: usize, n: usize| -> String { (0..n).map(|l| format!("app-{i}-line-{l}\n")).collect() };
+    // Before the start: a matching file, and one the glob does not select.
+    append(&apps.join("app-3/a.log"), lines(3, 100).as_bytes());
+    append(&apps.join("app-3/a.txt"), b"not selected\n");
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "app-3's lines", || match count_lines(&out(3)) {
+        100 => Ok(()),
+        n => Err(format!("{n} lines")),
+    });
+    // After the start: a new file in an existing directory, and a
+    // directory (with its file) that did not exist at the start.
+    let late = PIPELINES - 1;
+    append(&apps.join("app-7/b.log"), lines(7, 50).as_bytes());
+    std::fs::create_dir_all(apps.join(format!("app-{late}"))).unwrap();
+    append(
+        &apps.join(format!("app-{late}/c.log")),
+        lines(late, 30).as_bytes(),
+    );
+    for (i, n) in [(7, 50), (late, 30)] {
+        wait_for(LONG, &format!("app-{i}'s lines"), || {
+            match count_lines(&out(i)) {
+                c if c == n => Ok(()),
+                c => Err(format!("{c} lines")),
+            }
+        });
+    }
+    for (i, n) in [(3, 100), (7, 50), (late, 30)] {
+        let got: Vec<Vec<u8>> = read_lines(&out(i));
+        let want: Vec<Vec<u8>> = split_lines(lines(i, n).as_bytes());
+        assert_eq!(got, want, "pipeline {i} got exactly its directory's lines");
+    }
+    for i in (0..PIPELINES).filter(|i| ![3, 7, late].contains(i)) {
+        assert_eq!(count_lines(&out(i)), 0, "pipeline {i} read nothing");
+    }
+    let metrics = agent.metrics();
+    for name in [
+        "petrel_backpressure_pauses_total",
+        "petrel_component_errors_total",
+    ] {
+        assert!(
+            !metrics.contains(&format!("{name}{{")),
+            "no zero-valued {name} series:\n{metrics}"
+        );
+    }
+}

@@ -229,12 +229,15 @@ fn run(a: RunArgs) -> Result<(), RunError> {
         api_reload_tx,
     ));
     tracing::info!("API listening on http://{addr}");
-    let mut topo = topology::Topology::start(&pipelines, &opts, metrics.clone(), budget, runtime)?;
+    let count = pipelines.len();
+    // Handed over, not copied: the running topology keeps the only copy
+    // of each pipeline's configuration.
+    let mut topo = topology::Topology::start(pipelines, &opts, metrics.clone(), budget, runtime)?;
     metrics
         .health
         .set_phase(petrel_core::health::Phase::Running);
     tracing::info!(
-        pipelines = pipelines.len(),
+        pipelines = count,
         threads,
         memory_limit = opts.memory_limit,
         "petrel started"

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use petrel_core::plugin::{EngineOptions, SharedServices, Source, SourceContext};
+use petrel_core::plugin::{EngineOptions, OutputFile, SharedServices, Source, SourceContext};
 use petrel_core::{Key, MemoryBudget, Metrics, PipelineBudget};
 
 use crate::config::PipelineConfig;
@@ -92,12 +92,35 @@ fn fault_injection(metrics: &Arc<Metrics>, pipeline: &str) -> Option<ProcessorSl
 
 use crate::host::hostname;
 
+/// Every file the sinks of `all` write, with the name of its pipeline.
+fn output_files(all: &[PipelineConfig]) -> Vec<(&str, OutputFile<'_>)> {
+    all.iter()
+        .flat_map(|p| {
+            p.sinks
+                .iter()
+                .filter_map(|(_, s)| s.output_file())
+                .map(|f| (p.name.as_str(), f))
+        })
+        .collect()
+}
+
 /// Files written by sinks that `pipeline`'s sources must not read: its
 /// own sinks' outputs always, other pipelines' unless they allow reading
 /// back (chaining pipelines through a file, said explicitly).
 /// Only files its sources' globs could match are listed, so that adding
 /// an unrelated sink elsewhere does not count as a change of `pipeline`.
-fn own_outputs(all: &[PipelineConfig], pipeline: &PipelineConfig) -> Vec<PathBuf> {
+/// `files` are every sink output of the configuration with its
+/// pipeline's name (see [`output_files`]).
+fn own_outputs(files: &[(&str, OutputFile<'_>)], pipeline: &PipelineConfig) -> Vec<PathBuf> {
+    // Nothing to guard against: no glob is compiled (a regex per glob,
+    // freed at once, but raising the heap's high-water mark with a
+    // thousand pipelines; issue 33).
+    if !files
+        .iter()
+        .any(|(name, f)| *name == pipeline.name || !f.read_back)
+    {
+        return Vec::new();
+    }
     let readers: Vec<crate::paths::ReadMatcher> = pipeline
         .sources
         .iter()
@@ -105,15 +128,9 @@ fn own_outputs(all: &[PipelineConfig], pipeline: &PipelineConfig) -> Vec<PathBuf
         .map(|(inc, exc)| crate::paths::ReadMatcher::new(inc, exc))
         .collect();
     let mut out = Vec::new();
-    for p in all {
-        for (_, s) in &p.sinks {
-            if let Some(f) = s.output_file() {
-                if (p.name == pipeline.name || !f.read_back)
-                    && readers.iter().any(|r| r.reads(f.path))
-                {
-                    out.push(f.path.to_path_buf());
-                }
-            }
+    for (name, f) in files {
+        if (*name == pipeline.name || !f.read_back) && readers.iter().any(|r| r.reads(f.path)) {
+            out.push(f.path.to_path_buf());
         }
     }
     out.sort();
@@ -199,7 +216,7 @@ impl Topology {
     /// Builds and starts every pipeline. `runtime` runs the sinks (and may
     /// run other tasks, such as the API server).
     pub fn start(
-        pipelines: &[PipelineConfig],
+        pipelines: Vec<PipelineConfig>,
         opts: &RunOptions,
         metrics: Arc<Metrics>,
         budget: Arc<MemoryBudget>,
@@ -217,7 +234,7 @@ impl Topology {
             meta: vec![(Key::Borrowed("host"), hostname())].into(),
             budget,
         };
-        t.apply(pipelines.to_vec())?;
+        t.apply(pipelines)?;
         Ok(t)
     }
 
@@ -227,28 +244,34 @@ impl Topology {
     pub fn apply(&mut self, pipelines: Vec<PipelineConfig>) -> anyhow::Result<Applied> {
         let mut applied = Applied::default();
         let mut build = Vec::new();
-        for p in &pipelines {
-            let outputs = own_outputs(&pipelines, p);
-            match self.pipelines.get(&p.name) {
-                Some(r) if r.config.text == p.text && *r.own_outputs == outputs => {
-                    applied.unchanged += 1;
-                }
-                Some(_) => {
-                    applied.changed.push(p.name.clone());
-                    build.push((p.clone(), outputs));
-                }
-                None => {
-                    applied.added.push(p.name.clone());
-                    build.push((p.clone(), outputs));
-                }
-            }
-        }
+        let files = output_files(&pipelines);
+        let outputs: Vec<Vec<PathBuf>> = pipelines.iter().map(|p| own_outputs(&files, p)).collect();
+        drop(files);
         applied.removed = self
             .pipelines
             .keys()
             .filter(|n| !pipelines.iter().any(|p| &p.name == *n))
             .cloned()
             .collect();
+        let count = pipelines.len();
+        // Moved into what is built, not cloned: with a thousand pipelines
+        // a second copy of every configuration raised the heap's
+        // high-water mark, which the allocator keeps (issue 33).
+        for (p, outputs) in pipelines.into_iter().zip(outputs) {
+            match self.pipelines.get(&p.name) {
+                Some(r) if r.config.text == p.text && *r.own_outputs == outputs => {
+                    applied.unchanged += 1;
+                }
+                Some(_) => {
+                    applied.changed.push(p.name.clone());
+                    build.push((p, outputs));
+                }
+                None => {
+                    applied.added.push(p.name.clone());
+                    build.push((p, outputs));
+                }
+            }
+        }
         let mut built = Vec::new();
         for (p, outputs) in build {
             built.push(self.build(p, outputs)?);
@@ -265,7 +288,7 @@ impl Topology {
         }
         // Each pipeline gets an equal share of the limit; pipelines that
         // keep running keep theirs.
-        let per_pipeline = (self.opts.memory_limit / pipelines.len().max(1))
+        let per_pipeline = (self.opts.memory_limit / count.max(1))
             .max(MIN_PIPELINE_BUDGET)
             .min(self.opts.memory_limit);
         for b in built {
@@ -319,8 +342,11 @@ impl Topology {
         let p = b.config;
         let budget = PipelineBudget::new(self.budget.clone(), per_pipeline);
         budget.expect_sinks(b.sinks.iter().map(|s| s.sink.expansion_hint()));
-        let mut sinks = Vec::new();
-        let mut sink_tasks = Vec::new();
+        // Sized exactly: an empty `Vec` grows to four slots at its first
+        // push, and a `SinkSlot` is a few hundred bytes (issue 33: 0.7 KB
+        // per one-sink pipeline).
+        let mut sinks = Vec::with_capacity(b.sinks.len());
+        let mut sink_tasks = Vec::with_capacity(b.sinks.len());
         for s in b.sinks {
             let (tx, rx) = petrel_core::plugin::payload_channel();
             sink_tasks.push(rt.spawn(s.sink.clone().run(rx)));
@@ -373,7 +399,7 @@ impl Topology {
             self.metrics.clone(),
         ));
         let emitter = pool.emitter(runtime);
-        let mut sources = Vec::new();
+        let mut sources = Vec::with_capacity(p.sources.len());
         for (id, c) in &p.sources {
             let ctx = SourceContext {
                 pipeline: p.name.clone(),

@@ -48,9 +48,119 @@ pub struct Changes {
     pub renamed: Vec<(PathBuf, PathBuf)>,
 }
 
+/// The include globs of every source, compiled so that a thousand sources
+/// cost little more than one.
+///
+/// globset compiles a glob such as `/var/log/app-7/*.log` into a regex of
+/// its own (several KB with its caches, whatever the number of identical
+/// `*.log` tails beside it): 1,000 pipelines each including
+/// `…/app-N/*.log` cost 20 MB of regexes (issue 33). Most globs are a
+/// literal directory and a pattern for the name, so those are kept as a
+/// map from directory to name globs, and each distinct name glob is
+/// compiled once; the other globs (wildcards above the last component,
+/// `**`) stay in one glob set.
+struct IncludeSet {
+    /// `<literal directory>/<name glob>` globs: per directory, the
+    /// (index in `names`, index of the glob) pairs.
+    by_dir: HashMap<PathBuf, Vec<(usize, usize)>>,
+    /// Every distinct last component of an include glob (see
+    /// [`name_glob`]), each compiled once.
+    names: GlobSet,
+    /// True when every include glob's last component is in `names`, so
+    /// that a file whose name matches none of them cannot be included.
+    names_cover_all: bool,
+    /// The other globs, and the index of each among all include globs.
+    rest: GlobSet,
+    rest_index: Vec<usize>,
+}
+
+impl IncludeSet {
+    fn new(patterns: &[&str]) -> Result<Self, globset::Error> {
+        let mut by_dir: HashMap<PathBuf, Vec<(usize, usize)>> = HashMap::new();
+        let mut name_index: HashMap<&str, usize> = HashMap::new();
+        let mut names = GlobSetBuilder::new();
+        let mut names_cover_all = true;
+        let mut rest = GlobSetBuilder::new();
+        let mut rest_index = Vec::new();
+        for (i, p) in patterns.iter().enumerate() {
+            let split = split_name(p);
+            let name = match split {
+                Some((_, name)) => {
+                    let next = name_index.len();
+                    let n = *name_index.entry(name).or_insert(next);
+                    if n == next {
+                        names.add(compile_glob(name)?);
+                    }
+                    Some(n)
+                }
+                None => {
+                    names_cover_all = false;
+                    None
+                }
+            };
+            match (split, name) {
+                (Some((dir, _)), Some(n)) if is_literal(dir) => {
+                    let dir = if dir.is_empty() { "/" } else { dir };
+                    by_dir.entry(PathBuf::from(dir)).or_default().push((n, i));
+                }
+                _ => {
+                    rest.add(compile_glob(p)?);
+                    rest_index.push(i);
+                }
+            }
+        }
+        Ok(Self {
+            by_dir,
+            names: names.build()?,
+            names_cover_all,
+            rest: rest.build()?,
+            rest_index,
+        })
+    }
+
+    /// True when some glob matches `path`.
+    fn is_match(&self, path: &Path) -> bool {
+        let mut hits = Vec::new();
+        self.matches_into(path, &mut hits);
+        !hits.is_empty()
+    }
+
+    /// The indexes of the globs matching `path`, into `hits`.
+    fn matches_into(&self, path: &Path, hits: &mut Vec<usize>) {
+        hits.clear();
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+            if let Some(globs) = self.by_dir.get(dir) {
+                let matched = self.names.matches(name);
+                hits.extend(
+                    globs
+                        .iter()
+                        .filter(|(n, _)| matched.contains(n))
+                        .map(|&(_, g)| g),
+                );
+            }
+        }
+        if !self.rest_index.is_empty() {
+            let mut rest = Vec::new();
+            self.rest.matches_into(path, &mut rest);
+            hits.extend(rest.into_iter().map(|r| self.rest_index[r]));
+        }
+    }
+
+    /// True when a file called `name` may match some glob (a test on the
+    /// name alone, before any path is built).
+    fn name_may_match(&self, name: &OsStr) -> bool {
+        !self.names_cover_all || self.names.is_match(name)
+    }
+}
+
+/// True when `dir` has no glob syntax, so that it names one directory.
+fn is_literal(dir: &str) -> bool {
+    !dir.contains(['*', '?', '[', ']', '{', '}', '\\'])
+}
+
 /// The shared discovery state.
 pub struct Discovery {
-    includes: GlobSet,
+    includes: IncludeSet,
     /// For each glob of `includes`, the sources it belongs to.
     include_owners: Vec<Vec<usize>>,
     excludes: Vec<GlobSet>,
@@ -66,10 +176,6 @@ pub struct Discovery {
     pub degraded: bool,
     /// Directories whose last listing failed (reported once each).
     failed_dirs: HashSet<PathBuf>,
-    /// The last component of every include glob; `None` when some glob
-    /// can match any name (`**` in its last component, or a `/` inside a
-    /// `{}` or `[]` group, which splitting at the last `/` would cut).
-    names: Option<GlobSet>,
     /// Names that files matching `names` were renamed to (rotation:
     /// `app.log` → `app.log.1`): the reader follows the file there, and
     /// writes to it must still reach the reader without waiting for the
@@ -84,10 +190,11 @@ pub struct Discovery {
 /// writes to files renamed away long ago.
 const MAX_ROTATED_NAMES: usize = 1024;
 
-/// The glob matching the last path component of `pattern`, or `None`
-/// when that component cannot be told apart from the rest or can match
-/// any name.
-fn name_glob(pattern: &str) -> Option<globset::Glob> {
+/// `pattern` split at its last `/` into the directory part and the glob
+/// of the last path component, or `None` when that component cannot be
+/// told apart from the rest (a `/` inside a `{}` or `[]` group, which
+/// splitting at the last `/` would cut) or can match any name (`**`).
+fn split_name(pattern: &str) -> Option<(&str, &str)> {
     let mut split = None;
     let (mut braces, mut in_class, mut escaped) = (0usize, false, false);
     for (i, c) in pattern.char_indices() {
@@ -106,18 +213,12 @@ fn name_glob(pattern: &str) -> Option<globset::Glob> {
             _ => {}
         }
     }
-    let last = &pattern[split? + 1..];
-    if last.is_empty() || last.contains("**") {
+    let split = split?;
+    let last = &pattern[split + 1..];
+    if last.is_empty() || last.contains("**") || compile_glob(last).is_err() {
         return None;
     }
-    compile_glob(last).ok()
-}
-
-/// True when a file called `name` may match an include glob whose last
-/// components are `names` (a test on the name alone, before any path is
-/// built).
-fn name_may_match(names: Option<&GlobSet>, name: &OsStr) -> bool {
-    names.is_none_or(|n| n.is_match(name))
+    Some((&pattern[..split], last))
 }
 
 impl Discovery {
@@ -141,23 +242,13 @@ impl Discovery {
             }
             excludes.push(ex.build()?);
         }
-        let mut inc = GlobSetBuilder::new();
-        let mut names = Some(GlobSetBuilder::new());
         let mut include_owners = Vec::with_capacity(order.len());
         for p in &order {
-            inc.add(compile_glob(p)?);
-            names = match (names, name_glob(p)) {
-                (Some(mut b), Some(g)) => {
-                    b.add(g);
-                    Some(b)
-                }
-                _ => None,
-            };
             include_owners.push(owners.remove(p).unwrap_or_default());
             roots.push(walk_root(p));
         }
         Ok(Self {
-            includes: inc.build()?,
+            includes: IncludeSet::new(&order)?,
             include_owners,
             excludes,
             roots: {
@@ -172,7 +263,6 @@ impl Discovery {
             degraded: false,
             failed_dirs: HashSet::new(),
             moves: HashMap::new(),
-            names: names.and_then(|b| b.build().ok()),
             rotated_names: HashSet::new(),
         })
     }
@@ -407,6 +497,7 @@ impl Discovery {
         // (which reports an overflow, and so a rescan, if it fills).
         const MAX_READS: usize = 16;
         let mut seen: HashSet<PathBuf> = HashSet::new();
+        let mut watches_removed = false;
         for _ in 0..MAX_READS {
             let events = match ino.read_events(&mut self.inotify_buf) {
                 Ok(ev) => ev,
@@ -427,6 +518,7 @@ impl Discovery {
                 }
                 if ev.mask.contains(M::IGNORED) {
                     self.watches.remove(&ev.wd);
+                    watches_removed = true;
                     continue;
                 }
                 let structural = M::CREATE | M::MOVED_TO | M::MOVED_FROM | M::DELETE | M::ATTRIB;
@@ -437,7 +529,7 @@ impl Discovery {
                 // patterns and the following of rotated files need them.
                 if let Some(name) = ev.name {
                     if !ev.mask.intersects(structural | M::ISDIR)
-                        && !name_may_match(self.names.as_ref(), name)
+                        && !self.includes.name_may_match(name)
                         && !self.rotated_names.contains(name)
                     {
                         continue;
@@ -464,10 +556,10 @@ impl Discovery {
                     } else if ev.mask.contains(M::MOVED_TO) {
                         if let Some(old) = self.moves.remove(&ev.cookie) {
                             let followed = !ev.mask.contains(M::ISDIR)
-                                && !name_may_match(self.names.as_ref(), name)
+                                && !self.includes.name_may_match(name)
                                 && old
                                     .file_name()
-                                    .is_some_and(|o| name_may_match(self.names.as_ref(), o));
+                                    .is_some_and(|o| self.includes.name_may_match(o));
                             if followed {
                                 if self.rotated_names.len() >= MAX_ROTATED_NAMES {
                                     self.rotated_names.clear();
@@ -492,9 +584,14 @@ impl Discovery {
             }
         }
         // Watches removed by the kernel (directory deleted) must be re-added
-        // if the directory comes back.
-        let live: HashSet<&PathBuf> = self.watches.values().collect();
-        self.watched.retain(|d| live.contains(d));
+        // if the directory comes back. Only then: this hashes every
+        // watched path, and runs at every turn of the input loop (with a
+        // thousand watched directories, most of an idle agent's CPU,
+        // issue 33).
+        if watches_removed {
+            let live: HashSet<&PathBuf> = self.watches.values().collect();
+            self.watched.retain(|d| live.contains(d));
+        }
         ch
     }
 }
@@ -515,7 +612,9 @@ mod tests {
 
     #[test]
     fn name_globs_are_the_last_component() {
-        let m = |p: &str, name: &str| name_glob(p).map(|g| g.compile_matcher().is_match(name));
+        let m = |p: &str, name: &str| {
+            split_name(p).map(|(_, g)| compile_glob(g).unwrap().compile_matcher().is_match(name))
+        };
         assert_eq!(m("/var/log/*.log", "app.log"), Some(true));
         assert_eq!(m("/var/log/*.log", "app.log.1"), Some(false));
         assert_eq!(m("/var/*/app-{a,b}.log", "app-b.log"), Some(true));
@@ -524,6 +623,68 @@ mod tests {
         assert_eq!(m("/var/log/**", "x"), None);
         assert_eq!(m("/var/{log/a,b}.log", "a.log"), None);
         assert_eq!(m("/var/log/[/]x", "x"), None);
+    }
+
+    #[test]
+    fn include_set_matches_as_globset_does() {
+        let patterns = [
+            "/var/log/app-1/*.log",
+            "/var/log/app-2/*.log",
+            "/var/log/app-2/x.txt",
+            "/var/log/app-3/*.log",
+            "/x.log",
+            "/var/log/*/current",
+            "/srv/**/*.log",
+            "/var/log/app-\\[1\\]/*.log",
+            "/var/log/app-1/{a,b}.out",
+            "/var/{log/a,b}.log",
+            "/var/log/app-1/*.log",
+        ];
+        let set = IncludeSet::new(&patterns).unwrap();
+        let globs: Vec<_> = patterns
+            .iter()
+            .map(|p| compile_glob(p).unwrap().compile_matcher())
+            .collect();
+        // Only the two globs that cannot be split at their last `/` (or
+        // whose directory has glob syntax) fall back to the glob set.
+        assert_eq!(set.rest_index, vec![5, 6, 7, 9]);
+        for path in [
+            "/var/log/app-1/a.log",
+            "/var/log/app-1/a.log.1",
+            "/var/log/app-1/sub/a.log",
+            "/var/log/app-2/a.log",
+            "/var/log/app-2/x.txt",
+            "/var/log/app-2/y.txt",
+            "/var/log/app-3/.hidden.log",
+            "/var/log/app-4/a.log",
+            "/var/log/app-[1]/a.log",
+            "/var/log/app-1/a.out",
+            "/var/log/app-1/c.out",
+            "/var/log/a.log",
+            "/var/b.log",
+            "/x.log",
+            "/y.log",
+            "/var/log/web/current",
+            "/srv/a/b/c.log",
+            "/srv/c.log",
+        ] {
+            let mut hits = Vec::new();
+            set.matches_into(Path::new(path), &mut hits);
+            hits.sort();
+            let want: Vec<usize> = (0..patterns.len())
+                .filter(|&i| globs[i].is_match(path))
+                .collect();
+            assert_eq!(hits, want, "{path}");
+            assert_eq!(set.is_match(Path::new(path)), !want.is_empty(), "{path}");
+        }
+        // `**` and groups across `/` leave no name filter.
+        assert!(set.name_may_match(OsStr::new("anything")));
+        let logs = IncludeSet::new(&["/a/*.log", "/b/*.log", "/c/x.txt"]).unwrap();
+        assert!(logs.name_may_match(OsStr::new("a.log")));
+        assert!(logs.name_may_match(OsStr::new("x.txt")));
+        assert!(!logs.name_may_match(OsStr::new("a.log.1")));
+        // One compiled name glob serves every directory.
+        assert_eq!(logs.names.len(), 2);
     }
 
     #[test]

@@ -109,6 +109,8 @@ struct SourceState {
         String,
         Arc<super::tracker::OffsetTracker>,
     )>,
+    /// The pipeline's `petrel_files_open` gauge, once looked up.
+    files_open: Option<prometheus_client::metrics::gauge::Gauge>,
 }
 
 /// Settings of the input thread.
@@ -672,6 +674,7 @@ impl Input {
                         select_generation: u64::MAX,
                         readers: HashMap::new(),
                         closing: Vec::new(),
+                        files_open: None,
                     });
                     changed = true;
                 }
@@ -869,9 +872,15 @@ impl Input {
     fn update_gauges(&mut self) {
         for src in &mut self.sources {
             let p = &src.spec.pipeline;
-            self.metrics
-                .files_open
-                .get_or_create(&vec![("pipeline".to_string(), p.clone())])
+            // The handle is kept: looking the series up builds its labels
+            // and hashes them, every second for every source (issue 33).
+            src.files_open
+                .get_or_insert_with(|| {
+                    self.metrics
+                        .files_open
+                        .get_or_create(&vec![("pipeline".to_string(), p.clone())])
+                        .clone()
+                })
                 .set(src.readers.len() as i64);
             for r in src.readers.values_mut() {
                 let committed = r.tracker.committed();

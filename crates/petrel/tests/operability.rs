@@ -501,15 +501,21 @@ fn dashboard_and_alert_rules_use_only_exported_metrics() {
     // activity exist: a file read through a parser (parse failures), a
     // filter (discarded events), a file sink, an HTTP sink whose first
     // request fails (delivery loop metrics, retries), a reload; the TCP
-    // source gets a connection.
+    // source gets a connection; and more input than the memory limit
+    // holds while that first request waits for its retry, so that the
+    // file source pauses (the backpressure series appears at the first
+    // pause).
     let http_addr = http_server_failing_once();
     let dir = tempdir();
     let input = dir.path().join("in.log");
     let out = dir.path().join("out.log");
-    append(
-        &input,
-        b"{\"level\":\"info\"}\nnot json\n{\"level\":\"debug\"}\n",
-    );
+    let mut text = b"{\"level\":\"info\"}\nnot json\n{\"level\":\"debug\"}\n".to_vec();
+    for i in 0..20_000 {
+        text.extend_from_slice(
+            format!("{{\"level\":\"info\",\"n\":{i},\"pad\":\"{:x<48}\"}}\n", "").as_bytes(),
+        );
+    }
+    append(&input, &text);
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
@@ -523,7 +529,14 @@ fn dashboard_and_alert_rules_use_only_exported_metrics() {
             out.display()
         ),
     );
-    let mut agent = Agent::start(&cfg, &dir.path().join("data"));
+    let mut agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--memory-limit".into(), "1MiB".into()],
+            ..Default::default()
+        },
+    );
     wait_lines(&out, 2);
     let _conn = wait_for(MEDIUM, "a connection to the tcp source", || {
         std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())

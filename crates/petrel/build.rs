@@ -73,7 +73,12 @@ fn main() {
 /// is a link of an empty program with the option.
 fn pack_relative_relocations() {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
-    if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" {
+    // The probe runs the host's C compiler: it says nothing about a
+    // cross-linker.
+    if var("CARGO_CFG_TARGET_OS") != "linux"
+        || var("CARGO_CFG_TARGET_ENV") != "gnu"
+        || var("HOST") != var("TARGET")
+    {
         return;
     }
     println!("cargo:rerun-if-env-changed=CC");

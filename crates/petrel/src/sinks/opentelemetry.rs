@@ -722,15 +722,21 @@ mod wire {
     use prost::encoding::{encoded_len_varint, WireType};
 
     /// A varint. prost's `encode_varint` writes through `BufMut` a byte at
-    /// a time and was 6.5 % of the agent's instructions in this sink's
-    /// profile (cachegrind, BENCHMARKS.md §22); most varints written here
-    /// (keys, short lengths) are one byte.
-    #[inline]
-    pub fn encode_varint(mut v: u64, out: &mut Vec<u8>) {
+    /// a time; a record here writes about a hundred varints (keys, short
+    /// lengths), nearly all of one byte, and they were 6.5 % of the agent's
+    /// instructions in this sink's profile (cachegrind, BENCHMARKS.md §22):
+    /// the one-byte case is inlined, the rest out of line.
+    #[inline(always)]
+    pub fn encode_varint(v: u64, out: &mut Vec<u8>) {
         if v < 0x80 {
             out.push(v as u8);
-            return;
+        } else {
+            encode_long_varint(v, out);
         }
+    }
+
+    #[inline(never)]
+    fn encode_long_varint(mut v: u64, out: &mut Vec<u8>) {
         let mut buf = [0u8; 10];
         let mut n = 0;
         while v >= 0x80 {
@@ -743,7 +749,7 @@ mod wire {
     }
 
     /// A field key: the tag and wire type as a varint.
-    #[inline]
+    #[inline(always)]
     pub fn encode_key(tag: u32, wire_type: WireType, out: &mut Vec<u8>) {
         encode_varint(u64::from(tag << 3 | wire_type as u32), out);
     }

@@ -456,6 +456,12 @@ pub struct LokiSink {
     /// `remove_label_fields`.
     label_fields: Vec<String>,
     last_loud: parking_lot::Mutex<Option<Instant>>,
+    /// The snappy encoder and its output buffer, kept between requests:
+    /// `compress_vec` allocated and zeroed a buffer of the body's
+    /// worst-case size for every request (with the encoder's table, 9 %
+    /// of the agent's instructions in the profile, BENCHMARKS.md §22);
+    /// copying the compressed body out is about a third of that.
+    snappy: parking_lot::Mutex<(snap::raw::Encoder, Vec<u8>)>,
 }
 
 impl LokiSink {
@@ -487,7 +493,28 @@ impl LokiSink {
             metrics,
             label_fields,
             last_loud: parking_lot::Mutex::new(None),
+            snappy: parking_lot::Mutex::new((snap::raw::Encoder::new(), Vec::new())),
         })
+    }
+
+    /// `raw` compressed with snappy (raw block format, as Loki reads it).
+    fn snappy(&self, raw: &[u8]) -> anyhow::Result<Bytes> {
+        let mut guard = self.snappy.lock();
+        let (encoder, out) = &mut *guard;
+        let need = snap::raw::max_compress_len(raw.len());
+        if need == 0 {
+            anyhow::bail!("a push request of {} bytes is too large to compress", raw.len());
+        }
+        if out.len() < need {
+            out.resize(need, 0);
+        }
+        let n = encoder.compress(raw, out)?;
+        let body = Bytes::copy_from_slice(&out[..n]);
+        // A buffer grown by one huge request is not kept.
+        if out.len() > 4 * need.max(1 << 20) {
+            *out = Vec::new();
+        }
+        Ok(body)
     }
 }
 
@@ -737,7 +764,7 @@ impl RequestSink for LokiSink {
             self.body(recs, sets, &some)
         };
         Ok(match self.config.encoding {
-            WireEncoding::Protobuf => snap::raw::Encoder::new().compress_vec(&raw)?.into(),
+            WireEncoding::Protobuf => self.snappy(&raw)?,
             WireEncoding::Json => self.config.compression.apply(raw.into())?,
         })
     }

@@ -40,7 +40,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use opentelemetry_proto::tonic::common::v1::{
     any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList,
 };
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use petrel_core::config::Map;
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
@@ -509,7 +509,7 @@ impl Mapper {
         let mut last_key: Option<(Option<Value>, Option<Value>, Option<Value>)> = None;
         let mut header: Vec<u8> = Vec::new();
         for ev in &batch.events {
-            let (rec, g) = self.record(batch, ev, now);
+            let g = grouping(ev);
             // Events from the opentelemetry source carry their resource
             // and scope; they are encoded per event (rare to be mixed).
             let simple = g.resource.is_none() && g.scope.is_none();
@@ -550,123 +550,408 @@ impl Mapper {
                 last_key = if simple { Some(key) } else { None };
             }
             out.bytes.extend_from_slice(&header);
-            rec.encode_raw(&mut out.bytes);
+            write_record(batch, ev, &g, now, &mut out.bytes, &mut out.invalid_utf8);
             // A sentinel: the request builder strips one trailing newline
             // from every record.
             out.bytes.push(b'\n');
             out.record_ends.push(out.bytes.len() as u32);
         }
     }
+}
 
-    /// The record of `ev`, and what its resource and scope depend on.
-    fn record<'a>(&self, batch: &EventBatch, ev: &'a Event, now: u64) -> (LogRecord, Grouping<'a>) {
-        use fields::*;
-        let mut rec = LogRecord {
-            time_unix_nano: ev.time_ns.filter(|t| *t > 0).map_or(0, |t| t as u64),
-            observed_time_unix_nano: now,
-            body: match &ev.message {
-                Value::Null => None,
-                m => Some(any_value(batch, m)),
+/// What the resource and scope of `ev` depend on: the fields that
+/// [`write_record`] leaves out of the record for them.
+fn grouping(ev: &Event) -> Grouping<'_> {
+    use fields::*;
+    let mut g = Grouping::default();
+    let is_text = |v: &Value| matches!(v, Value::Str(_) | Value::Span(_));
+    let mut service = None;
+    let mut has_resource = false;
+    for (k, v) in &ev.fields {
+        match (k.as_ref(), v) {
+            (RESOURCE, Value::Object(o)) => {
+                g.resource = Some(o);
+                has_resource = true;
+            }
+            (SCOPE, Value::Object(o)) => g.scope = Some(o),
+            (RESOURCE_SCHEMA_URL, _) if is_text(v) => g.resource_schema_url = Some(v),
+            (SCOPE_SCHEMA_URL, _) if is_text(v) => g.scope_schema_url = Some(v),
+            ("service", _) if is_text(v) => service = Some(v),
+            _ => {}
+        }
+    }
+    // An event with its own resource (from the opentelemetry source)
+    // keeps a `service` field as an ordinary attribute.
+    if !has_resource {
+        g.service = service;
+    }
+    g
+}
+
+/// Writes the `LogRecord` of `ev` (its protobuf fields, without the
+/// outer length) to `out`; `g` is its [`grouping`], whose fields are
+/// not attributes.
+///
+/// Written straight from the event's fields: building prost's
+/// `LogRecord` first allocated and copied every key and value once
+/// more before encoding them, the largest share of this sink's CPU in
+/// the profile (BENCHMARKS.md §22). The resource and scope headers,
+/// once per group, still go through prost.
+fn write_record(
+    batch: &EventBatch,
+    ev: &Event,
+    g: &Grouping<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+    invalid_utf8: &mut u64,
+) {
+    use fields::*;
+    use wire::*;
+    if !matches!(ev.message, Value::Null) {
+        write_any_value_field(out, 5, batch, &ev.message, invalid_utf8);
+    }
+    let mut observed = now;
+    let mut number: i32 = 0;
+    let mut severity_text: Option<&Value> = None;
+    let mut event_name: Option<&Value> = None;
+    let mut dropped: u32 = 0;
+    let mut flags: u32 = 0;
+    let mut trace_id: Vec<u8> = Vec::new();
+    let mut span_id: Vec<u8> = Vec::new();
+    let mut level: Option<&Value> = None;
+    let has_severity = ev
+        .fields
+        .iter()
+        .any(|(k, _)| k == SEVERITY_TEXT || k == SEVERITY_NUMBER);
+    let is_text = |v: &Value| matches!(v, Value::Str(_) | Value::Span(_));
+    for (k, v) in &ev.fields {
+        let done = match (k.as_ref(), v) {
+            // What the resource and scope are made of (`grouping`).
+            (RESOURCE | SCOPE, Value::Object(_)) => true,
+            (RESOURCE_SCHEMA_URL | SCOPE_SCHEMA_URL, _) if is_text(v) => true,
+            ("service", _) if g.service.is_some() && is_text(v) => true,
+            (ATTRIBUTES, Value::Object(o)) => {
+                for (k, v) in o {
+                    write_key_value(out, 6, batch, k, v, invalid_utf8);
+                }
+                true
+            }
+            (TRACE_ID | SPAN_ID, _) => match text(batch, v).and_then(|t| hex_bytes(&t)) {
+                Some(b) => {
+                    if k == TRACE_ID {
+                        trace_id = b;
+                    } else {
+                        span_id = b;
+                    }
+                    true
+                }
+                None => false,
             },
-            ..Default::default()
+            (FLAGS, Value::Int(i)) => {
+                flags = *i as u32;
+                true
+            }
+            (SEVERITY_NUMBER, Value::Int(i)) => {
+                number = *i as i32;
+                true
+            }
+            (SEVERITY_TEXT, _) if is_text(v) => {
+                severity_text = Some(v);
+                true
+            }
+            (OBSERVED_TIME, Value::Int(i)) if *i > 0 => {
+                observed = *i as u64;
+                true
+            }
+            (DROPPED_ATTRIBUTES, Value::Int(i)) => {
+                dropped = *i as u32;
+                true
+            }
+            (EVENT_NAME, _) if is_text(v) => {
+                event_name = Some(v);
+                true
+            }
+            ("level" | "severity", _) if !has_severity && level.is_none() && is_text(v) => {
+                level = Some(v);
+                true
+            }
+            _ => false,
         };
-        let mut g = Grouping::default();
-        let mut level: Option<&Value> = None;
-        let has_severity = ev
-            .fields
-            .iter()
-            .any(|(k, _)| k == SEVERITY_TEXT || k == SEVERITY_NUMBER);
-        // An event with its own resource (from the opentelemetry source)
-        // keeps a `service` field as an ordinary attribute.
-        let has_resource = ev
-            .fields
-            .iter()
-            .any(|(k, v)| k == RESOURCE && matches!(v, Value::Object(_)));
-        for (k, v) in &ev.fields {
-            let done = match (k.as_ref(), v) {
-                (RESOURCE, Value::Object(o)) => {
-                    g.resource = Some(o);
-                    true
-                }
-                (SCOPE, Value::Object(o)) => {
-                    g.scope = Some(o);
-                    true
-                }
-                (RESOURCE_SCHEMA_URL, _) if text(batch, v).is_some() => {
-                    g.resource_schema_url = Some(v);
-                    true
-                }
-                (SCOPE_SCHEMA_URL, _) if text(batch, v).is_some() => {
-                    g.scope_schema_url = Some(v);
-                    true
-                }
-                (ATTRIBUTES, Value::Object(o)) => {
-                    rec.attributes.extend(key_values(batch, o));
-                    true
-                }
-                (TRACE_ID | SPAN_ID, _) => match text(batch, v).and_then(|t| hex_bytes(&t)) {
-                    Some(b) => {
-                        if k == TRACE_ID {
-                            rec.trace_id = b;
-                        } else {
-                            rec.span_id = b;
-                        }
-                        true
+        if !done {
+            write_key_value(out, 6, batch, k, v, invalid_utf8);
+        }
+    }
+    if let Some(l) = level {
+        let l = text_of(batch, l, invalid_utf8);
+        number = severity_number(&l);
+        write_str(out, 3, &l);
+    } else if let Some(t) = severity_text {
+        write_str(out, 3, &text_of(batch, t, invalid_utf8));
+    }
+    if let Some(t) = ev.time_ns.filter(|t| *t > 0) {
+        write_fixed64(out, 1, t as u64);
+    }
+    if observed != 0 {
+        write_fixed64(out, 11, observed);
+    }
+    if number != 0 {
+        encode_key(2, WireType::Varint, out);
+        // int32: negative numbers sign-extended, as prost does.
+        encode_varint(number as u64, out);
+    }
+    if dropped != 0 {
+        encode_key(7, WireType::Varint, out);
+        encode_varint(u64::from(dropped), out);
+    }
+    if flags != 0 {
+        encode_key(8, WireType::ThirtyTwoBit, out);
+        out.extend_from_slice(&flags.to_le_bytes());
+    }
+    write_bytes(out, 9, &trace_id);
+    write_bytes(out, 10, &span_id);
+    if let Some(n) = event_name {
+        write_str(out, 12, &text_of(batch, n, invalid_utf8));
+    }
+}
+
+/// The protobuf wire format written directly, for [`Mapper::write_record`].
+mod wire {
+    use std::borrow::Cow;
+
+    use petrel_core::{EventBatch, Value};
+    use prost::encoding::{encoded_len_varint, WireType};
+
+    /// A varint. prost's `encode_varint` writes through `BufMut` a byte at
+    /// a time; a record here writes about a hundred varints (keys, short
+    /// lengths), nearly all of one byte, and they were 6.5 % of the agent's
+    /// instructions in this sink's profile (cachegrind, BENCHMARKS.md §22):
+    /// the one-byte case is inlined, the rest out of line.
+    #[inline(always)]
+    pub fn encode_varint(v: u64, out: &mut Vec<u8>) {
+        if v < 0x80 {
+            out.push(v as u8);
+        } else {
+            encode_long_varint(v, out);
+        }
+    }
+
+    #[inline(never)]
+    fn encode_long_varint(mut v: u64, out: &mut Vec<u8>) {
+        let mut buf = [0u8; 10];
+        let mut n = 0;
+        while v >= 0x80 {
+            buf[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        buf[n] = v as u8;
+        out.extend_from_slice(&buf[..=n]);
+    }
+
+    /// A field key: the tag and wire type as a varint.
+    #[inline(always)]
+    pub fn encode_key(tag: u32, wire_type: WireType, out: &mut Vec<u8>) {
+        encode_varint(u64::from(tag << 3 | wire_type as u32), out);
+    }
+
+    /// A length-delimited field `tag` whose content `f` writes. The length
+    /// is written as one byte and widened afterwards when the content is
+    /// 128 bytes or more (most keys and values are shorter), so the
+    /// content is neither measured first nor built elsewhere.
+    pub fn nested(out: &mut Vec<u8>, tag: u32, f: impl FnOnce(&mut Vec<u8>)) {
+        encode_key(tag, WireType::LengthDelimited, out);
+        let at = out.len();
+        out.push(0);
+        f(out);
+        let len = out.len() - at - 1;
+        if len < 0x80 {
+            out[at] = len as u8;
+        } else {
+            let mut prefix = Vec::with_capacity(10);
+            encode_varint(len as u64, &mut prefix);
+            debug_assert_eq!(prefix.len(), encoded_len_varint(len as u64));
+            out.splice(at..at + 1, prefix);
+        }
+    }
+
+    /// A string or bytes field; an empty one is left out, as prost does.
+    pub fn write_bytes(out: &mut Vec<u8>, tag: u32, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
+        encode_key(tag, WireType::LengthDelimited, out);
+        encode_varint(b.len() as u64, out);
+        out.extend_from_slice(b);
+    }
+
+    /// A string field; an empty one is left out.
+    pub fn write_str(out: &mut Vec<u8>, tag: u32, s: &str) {
+        write_bytes(out, tag, s.as_bytes());
+    }
+
+    /// A `fixed64` field.
+    pub fn write_fixed64(out: &mut Vec<u8>, tag: u32, v: u64) {
+        encode_key(tag, WireType::SixtyFourBit, out);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// The text of a text value (empty for others), invalid UTF-8
+    /// replaced by U+FFFD and counted.
+    pub fn text_of<'a>(batch: &'a EventBatch, v: &'a Value, invalid_utf8: &mut u64) -> Cow<'a, str> {
+        match v {
+            Value::Str(s) => Cow::Borrowed(s),
+            Value::Span(_) => {
+                let b = batch.bytes_of(v).unwrap_or_default();
+                // simdutf8's check: several times the standard library's
+                // on long values, and every value is checked here.
+                match simdutf8::basic::from_utf8(b) {
+                    Ok(s) => Cow::Borrowed(s),
+                    Err(_) => {
+                        *invalid_utf8 += 1;
+                        String::from_utf8_lossy(b)
                     }
-                    None => false,
-                },
-                (FLAGS, Value::Int(i)) => {
-                    rec.flags = *i as u32;
-                    true
                 }
-                (SEVERITY_NUMBER, Value::Int(i)) => {
-                    rec.severity_number = *i as i32;
-                    true
-                }
-                (SEVERITY_TEXT, _) if text(batch, v).is_some() => {
-                    rec.severity_text = text(batch, v).unwrap_or_default();
-                    true
-                }
-                (OBSERVED_TIME, Value::Int(i)) if *i > 0 => {
-                    rec.observed_time_unix_nano = *i as u64;
-                    true
-                }
-                (DROPPED_ATTRIBUTES, Value::Int(i)) => {
-                    rec.dropped_attributes_count = *i as u32;
-                    true
-                }
-                (EVENT_NAME, _) if text(batch, v).is_some() => {
-                    rec.event_name = text(batch, v).unwrap_or_default();
-                    true
-                }
-                ("level" | "severity", _) if !has_severity && level.is_none() => {
-                    match text(batch, v) {
-                        Some(_) => {
-                            level = Some(v);
-                            true
-                        }
-                        None => false,
-                    }
-                }
-                ("service", _) if !has_resource && text(batch, v).is_some() => {
-                    g.service = Some(v);
-                    true
-                }
-                _ => false,
-            };
-            if !done {
-                rec.attributes.push(KeyValue {
-                    key: k.to_string(),
-                    value: Some(any_value(batch, v)),
-                    ..Default::default()
-                });
+            }
+            _ => Cow::Borrowed(""),
+        }
+    }
+
+    /// A value that is not a list or an object, ready to write: its
+    /// length is known before it is written.
+    pub enum Scalar<'a> {
+        Text(Cow<'a, str>),
+        Bytes(&'a [u8]),
+        Int(i64),
+        Float(f64),
+        Bool(bool),
+        Null,
+    }
+
+    impl Scalar<'_> {
+        /// The length of the `AnyValue` fields of this value.
+        fn len(&self) -> usize {
+            let delimited = |n: usize| 1 + encoded_len_varint(n as u64) + n;
+            match self {
+                Scalar::Text(s) => delimited(s.len()),
+                Scalar::Bytes(b) => delimited(b.len()),
+                Scalar::Int(i) => 1 + encoded_len_varint(*i as u64),
+                Scalar::Float(_) => 9,
+                Scalar::Bool(_) => 2,
+                Scalar::Null => 0,
             }
         }
-        if let Some(l) = level.and_then(|v| text(batch, v)) {
-            rec.severity_number = severity_number(&l);
-            rec.severity_text = l;
+
+        /// Writes the `AnyValue` fields; a oneof member is written even
+        /// when empty or zero.
+        fn write(&self, out: &mut Vec<u8>) {
+            match self {
+                Scalar::Text(s) => {
+                    encode_key(1, WireType::LengthDelimited, out);
+                    encode_varint(s.len() as u64, out);
+                    out.extend_from_slice(s.as_bytes());
+                }
+                Scalar::Bytes(b) => {
+                    encode_key(7, WireType::LengthDelimited, out);
+                    encode_varint(b.len() as u64, out);
+                    out.extend_from_slice(b);
+                }
+                Scalar::Int(i) => {
+                    encode_key(3, WireType::Varint, out);
+                    encode_varint(*i as u64, out);
+                }
+                Scalar::Float(f) => write_fixed64(out, 4, f.to_bits()),
+                Scalar::Bool(b) => {
+                    encode_key(2, WireType::Varint, out);
+                    encode_varint(u64::from(*b), out);
+                }
+                Scalar::Null => {}
+            }
         }
-        (rec, g)
+    }
+
+    /// `v` as a [`Scalar`], or `None` for a list or an object.
+    pub fn scalar<'a>(batch: &'a EventBatch, v: &'a Value, invalid_utf8: &mut u64) -> Option<Scalar<'a>> {
+        Some(match v {
+            Value::Str(_) | Value::Span(_) => Scalar::Text(text_of(batch, v, invalid_utf8)),
+            Value::Bytes(b) => Scalar::Bytes(b),
+            Value::Int(i) => Scalar::Int(*i),
+            Value::Float(f) => Scalar::Float(*f),
+            Value::Bool(b) => Scalar::Bool(*b),
+            Value::Null => Scalar::Null,
+            Value::Array(_) | Value::Object(_) => return None,
+        })
+    }
+
+    /// The fields of the `AnyValue` of `v` (`v` itself, typed).
+    pub fn write_any_value(out: &mut Vec<u8>, batch: &EventBatch, v: &Value, invalid_utf8: &mut u64) {
+        match v {
+            Value::Array(a) => nested(out, 5, |o| {
+                for x in a {
+                    write_any_value_field(o, 1, batch, x, invalid_utf8);
+                }
+            }),
+            Value::Object(kv) => nested(out, 6, |o| {
+                for (k, v) in kv {
+                    write_key_value(o, 1, batch, k, v, invalid_utf8);
+                }
+            }),
+            _ => {
+                if let Some(s) = scalar(batch, v, invalid_utf8) {
+                    s.write(out);
+                }
+            }
+        }
+    }
+
+    /// The `AnyValue` of `v` as field `tag`: lengths computed for a
+    /// scalar (most values), the content widened for lists and objects.
+    pub fn write_any_value_field(
+        out: &mut Vec<u8>,
+        tag: u32,
+        batch: &EventBatch,
+        v: &Value,
+        invalid_utf8: &mut u64,
+    ) {
+        match scalar(batch, v, invalid_utf8) {
+            Some(s) => {
+                encode_key(tag, WireType::LengthDelimited, out);
+                encode_varint(s.len() as u64, out);
+                s.write(out);
+            }
+            None => nested(out, tag, |o| write_any_value(o, batch, v, invalid_utf8)),
+        }
+    }
+
+    /// A `KeyValue` as field `tag`.
+    pub fn write_key_value(
+        out: &mut Vec<u8>,
+        tag: u32,
+        batch: &EventBatch,
+        k: &str,
+        v: &Value,
+        invalid_utf8: &mut u64,
+    ) {
+        match scalar(batch, v, invalid_utf8) {
+            Some(s) => {
+                let key_len = if k.is_empty() {
+                    0
+                } else {
+                    1 + encoded_len_varint(k.len() as u64) + k.len()
+                };
+                let value_len = s.len();
+                let len = key_len + 1 + encoded_len_varint(value_len as u64) + value_len;
+                encode_key(tag, WireType::LengthDelimited, out);
+                encode_varint(len as u64, out);
+                write_str(out, 1, k);
+                encode_key(2, WireType::LengthDelimited, out);
+                encode_varint(value_len as u64, out);
+                s.write(out);
+            }
+            None => nested(out, tag, |o| {
+                write_str(o, 1, k);
+                nested(o, 2, |o| write_any_value(o, batch, v, invalid_utf8));
+            }),
+        }
     }
 }
 
@@ -1278,6 +1563,7 @@ impl petrel_core::plugin::SinkConfig for OtlpSinkConfig {
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use opentelemetry_proto::tonic::logs::v1::LogRecord;
     use petrel_core::config::{parse_yaml, ConfigErrors, Node};
     use petrel_core::{Key, SourceInfo, Span};
 
@@ -1360,6 +1646,105 @@ mod tests {
 
     fn s(x: &str) -> V {
         V::StringValue(x.into())
+    }
+
+    /// Records are written without prost's message types: what they
+    /// decode to must be the `LogRecord` prost would have encoded, with
+    /// values long enough to widen a length to two and three bytes,
+    /// nesting, every value type, and invalid UTF-8 replaced and counted.
+    #[test]
+    fn records_written_directly_decode_to_the_expected_log_record() {
+        let long = "x".repeat(200);
+        let longer = "y".repeat(20_000);
+        let mut text = b"bad \xff byte\n".to_vec();
+        let msg_start = text.len();
+        text.extend_from_slice(longer.as_bytes());
+        let mut b = EventBatch::new(
+            bytes::Bytes::from(text),
+            Arc::new(SourceInfo::file("/l.log", meta())),
+        );
+        let mut e = Event::from_span(Span::new(msg_start, longer.len()));
+        e.time_ns = Some(5);
+        e.set("bad".into(), Value::Span(Span::new(0, 10)));
+        e.set("long".into(), Value::Str(long.clone().into()));
+        e.set("neg".into(), Value::Int(-3));
+        e.set("raw".into(), Value::Bytes(vec![0, 1, 255].into()));
+        e.set(
+            "deep".into(),
+            Value::Array(vec![
+                Value::Null,
+                Value::Object(vec![
+                    ("".into(), Value::Bool(false)),
+                    ("s".into(), Value::Str(long.clone().into())),
+                ]),
+                Value::Array(vec![Value::Float(-1.5)]),
+            ]),
+        );
+        e.set("severity_number".into(), Value::Int(-7));
+        e.set("event_name".into(), Value::Str("ev".into()));
+        e.set("flags".into(), Value::Int(1));
+        e.set("span_id".into(), Value::Str("0011223344556677".into()));
+        e.set(
+            "attributes".into(),
+            Value::Object(vec![("a".into(), Value::Str("".into()))]),
+        );
+        b.events.push(e);
+        let mut out = Encoded::default();
+        Mapper::new(Vec::new()).encode(&b, &mut out, 9);
+        assert_eq!(out.invalid_utf8, 1);
+        let req = decode_all(&out);
+        let got = &req.resource_logs[0].scope_logs[0].log_records[0];
+        let av = |v: Option<V>| AnyValue { value: v };
+        let kv = |k: &str, v: Option<V>| KeyValue {
+            key: k.into(),
+            value: Some(av(v)),
+            ..Default::default()
+        };
+        let expected = LogRecord {
+            time_unix_nano: 5,
+            observed_time_unix_nano: 9,
+            severity_number: -7,
+            body: Some(av(Some(s(&longer)))),
+            attributes: vec![
+                kv("bad", Some(s("bad \u{fffd} byte"))),
+                kv("long", Some(s(&long))),
+                kv("neg", Some(V::IntValue(-3))),
+                kv("raw", Some(V::BytesValue(vec![0, 1, 255]))),
+                kv(
+                    "deep",
+                    Some(V::ArrayValue(ArrayValue {
+                        values: vec![
+                            av(None),
+                            av(Some(V::KvlistValue(KeyValueList {
+                                values: vec![
+                                    kv("", Some(V::BoolValue(false))),
+                                    kv("s", Some(s(&long))),
+                                ],
+                            }))),
+                            av(Some(V::ArrayValue(ArrayValue {
+                                values: vec![av(Some(V::DoubleValue(-1.5)))],
+                            }))),
+                        ],
+                    })),
+                ),
+                kv("a", Some(s(""))),
+            ],
+            flags: 1,
+            span_id: vec![0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77],
+            event_name: "ev".into(),
+            ..Default::default()
+        };
+        assert_eq!(got, &expected);
+    }
+
+    #[test]
+    fn varints_are_prosts() {
+        for v in [0, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            wire::encode_varint(v, &mut ours);
+            prost::encoding::encode_varint(v, &mut theirs);
+            assert_eq!(ours, theirs, "{v}");
+        }
     }
 
     #[test]

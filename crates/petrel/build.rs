@@ -57,45 +57,4 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=PETREL_REVISION={rev}");
-    pack_relative_relocations();
-}
-
-/// Links the binaries with packed relative relocations (`DT_RELR`) when the
-/// C toolchain can.
-///
-/// A position-independent executable carries a 24-byte relocation entry
-/// for every pointer in its static data (vtables, string tables): 2.1 MiB
-/// of `.rela.dyn` that the dynamic loader reads at every start, and which
-/// then stay resident for the life of the process, a sixth of an idle
-/// agent's memory (issue 33). Packed, they take a few KiB; the executable
-/// stays position-independent (ASLR is unchanged). The linker packs them
-/// only when the C library supports it (glibc 2.36 or newer), so the probe
-/// is a link of an empty program with the option.
-fn pack_relative_relocations() {
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
-    // The probe runs the host's C compiler: it says nothing about a
-    // cross-linker.
-    if var("CARGO_CFG_TARGET_OS") != "linux"
-        || var("CARGO_CFG_TARGET_ENV") != "gnu"
-        || var("HOST") != var("TARGET")
-    {
-        return;
-    }
-    println!("cargo:rerun-if-env-changed=CC");
-    let out = PathBuf::from(var("OUT_DIR"));
-    let src = out.join("relr_probe.c");
-    if std::fs::write(&src, "int main(void) { return 0; }\n").is_err() {
-        return;
-    }
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let flag = "-Wl,-z,pack-relative-relocs";
-    let linked = Command::new(cc)
-        .args(["-pie", "-fPIE", flag, "-o"])
-        .arg(out.join("relr_probe"))
-        .arg(&src)
-        .output()
-        .is_ok_and(|o| o.status.success() && o.stderr.is_empty());
-    if linked {
-        println!("cargo:rustc-link-arg-bins={flag}");
-    }
 }

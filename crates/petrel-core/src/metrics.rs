@@ -179,8 +179,9 @@ pub struct BufferGauges {
 /// thousand pipelines with half a dozen handles each used to spend 120
 /// bytes of heap per handle (issue 33). A clone made before the first
 /// increment registers on its own first increment, into the same series.
-/// `LazyCounter::default()` counts in a counter registered nowhere (tests).
-#[derive(Clone, Debug, Default)]
+/// `LazyCounter::default()` counts in a counter registered nowhere
+/// (tests), shared by its clones.
+#[derive(Clone, Debug)]
 pub struct LazyCounter {
     /// The registry and the component whose series this is; `None`:
     /// detached (registered nowhere).
@@ -201,6 +202,20 @@ enum LazyKind {
     /// `petrel_backpressure_pauses_total` of the component's pipeline
     /// (labelled by the pipeline alone).
     PipelinePauses,
+}
+
+impl Default for LazyCounter {
+    /// A detached counter: registered nowhere, its clones count together
+    /// (the counter exists from the start, since no registry would find
+    /// a clone's increments).
+    fn default() -> Self {
+        Self {
+            home: None,
+            kind: LazyKind::default(),
+            value: "",
+            counter: OnceLock::from(Counter::default()),
+        }
+    }
 }
 
 impl LazyCounter {
@@ -903,8 +918,12 @@ mod tests {
         assert_eq!(pb.get(), 3);
         // A detached handle counts without a series.
         let detached = LazyCounter::default();
+        let detached_clone = detached.clone();
         detached.inc_by(4);
         assert_eq!(detached.get(), 4);
+        // Its clones count together, whichever increments first.
+        detached_clone.inc();
+        assert_eq!((detached.get(), detached_clone.get()), (5, 5));
     }
 
     #[test]

@@ -291,6 +291,7 @@ impl Topology {
                 data_dir: self.opts.data_dir.clone(),
                 checkpoint_ttl: self.opts.checkpoint_ttl,
                 shutdown_timeout: self.opts.shutdown_timeout,
+                memory_limit: self.opts.memory_limit,
             };
             let sink = c
                 .build_with(m.clone(), &engine)
@@ -393,6 +394,7 @@ impl Topology {
                     data_dir: self.opts.data_dir.clone(),
                     checkpoint_ttl: self.opts.checkpoint_ttl,
                     shutdown_timeout: self.opts.shutdown_timeout,
+                    memory_limit: self.opts.memory_limit,
                 },
             };
             match c.start(ctx) {

@@ -353,19 +353,23 @@ fn partitions_revoked_and_assigned_again_during_batch_consumption_are_read_on() 
         )
     };
     let (mut first, out0) = start(0);
-    wait_for(Duration::from_secs(120), "the first member reading", || {
-        match count_lines(&out0) {
+    wait_for(
+        Duration::from_secs(120),
+        "the first member reading",
+        || match count_lines(&out0) {
             n if n >= 10_000 => Ok(()),
             n => Err(format!("{n} lines")),
-        }
-    });
+        },
+    );
     let (mut second, out1) = start(1);
-    wait_for(Duration::from_secs(120), "the second member reading", || {
-        match count_lines(&out1) {
+    wait_for(
+        Duration::from_secs(120),
+        "the second member reading",
+        || match count_lines(&out1) {
             n if n >= 5_000 => Ok(()),
             n => Err(format!("{n} lines")),
-        }
-    });
+        },
+    );
     // A clean stop leaves the group: its partitions go back to the first.
     second.stop();
     let handed_back: BTreeMap<i64, i64> =
@@ -411,7 +415,10 @@ fn partitions_revoked_and_assigned_again_during_batch_consumption_are_read_on() 
         let mut last: BTreeMap<i64, i64> = BTreeMap::new();
         for (p, o, m) in delivered(out) {
             if let Some(&l) = last.get(&p) {
-                assert!(o > l, "the {name} member delivered {p}/{o} after {p}/{l}: {m}");
+                assert!(
+                    o > l,
+                    "the {name} member delivered {p}/{o} after {p}/{l}: {m}"
+                );
             }
             last.insert(p, o);
         }

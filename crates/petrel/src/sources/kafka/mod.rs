@@ -79,6 +79,7 @@ use petrel_core::{
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use rdkafka::bindings as rd;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, ConsumerGroupMetadata, RebalanceProtocol,
@@ -88,7 +89,6 @@ use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::bindings as rd;
 use rdkafka::ClientContext;
 
 use self::link::{ConsumerLink, GroupMember};
@@ -426,7 +426,9 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             .subscribe(&topics)
             .map_err(|e| anyhow::anyhow!("cannot subscribe to {topics:?}: {e}"))?;
         let fetch = FetchQueue::new(&consumer)?;
-        shared.fetch_queue.store(fetch.0.as_ptr(), Ordering::Release);
+        shared
+            .fetch_queue
+            .store(fetch.0.as_ptr(), Ordering::Release);
         let consumer = Arc::new(consumer);
         let link = Arc::new(ConsumerLink {
             member: Arc::new(Member(consumer.clone(), tracker.clone())),
@@ -953,7 +955,8 @@ impl RawMessage {
         for i in 0.. {
             let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
             // SAFETY: valid headers; out-pointers to locals.
-            let err = unsafe { rd::rd_kafka_header_get_all(h, i, &mut name, &mut value, &mut size) };
+            let err =
+                unsafe { rd::rd_kafka_header_get_all(h, i, &mut name, &mut value, &mut size) };
             if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
                 break;
             }

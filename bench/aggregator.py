@@ -37,6 +37,8 @@ range of the per-run-pair ratios). BENCH_KINDS selects rows (default
 target/ci/petrel (the test command's build) unless PETREL_BIN is set.
 BENCH_SOURCE_EXTRA / BENCH_SINK_EXTRA are YAML lines appended to the
 source / kafka sink entries (e.g. "    librdkafka: {fetch.max.bytes: '4194304'}").
+BENCH_PERF=file profiles the current build's `file` runs with perf record -g
+(bench/out/aggregator-file.perf.data; `perf report -i ... --no-children`).
 
     PETREL_BASE_BIN=/tmp/petrel-base BENCH_PROFILE=ci BENCH_KINDS="file kafka" bench/aggregator.py
 
@@ -63,6 +65,9 @@ BASE_BIN = os.environ.get("PETREL_BASE_BIN", "")
 KINDS = os.environ.get("BENCH_KINDS", "kcat file file-text kafka kafka-eos").split()
 SOURCE_EXTRA = os.environ.get("BENCH_SOURCE_EXTRA", "")
 SINK_EXTRA = os.environ.get("BENCH_SINK_EXTRA", "")
+# Row kinds (e.g. "file kafka") whose current-build runs are profiled with
+# `perf record -g` into bench/out/aggregator-<kind>.perf.data.
+PERF = os.environ.get("BENCH_PERF", "")
 RECORDS = int(os.environ.get("BENCH_RECORDS", "2000000"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 THREADS = os.environ.get("BENCH_THREADS", "1")
@@ -244,7 +249,18 @@ def run_petrel(work, bs, kind, i, binary=None, tag=""):
     if kind.startswith("kafka") and SINK_EXTRA:
         sink += SINK_EXTRA + "\n"
     a = Agent(work, f"{kind}-{i}", kafka_source(bs, group) + "sinks:\n" + sink, binary)
+    perf = None
+    if PERF and binary is None and kind in PERF.split():
+        # The whole run of the current build's first `kind` reader.
+        out_perf = os.path.join(ROOT, "bench/out", f"aggregator-{kind}.perf.data")
+        os.makedirs(os.path.dirname(out_perf), exist_ok=True)
+        perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", out_perf,
+                                 "-p", str(a.p.pid)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     wall = a.wait_sent(RECORDS)
+    if perf:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(60)
     cpu, rss = cpu_seconds(a.p.pid), hwm_kb(a.p.pid)
     a.stop()
     if os.path.exists(out):

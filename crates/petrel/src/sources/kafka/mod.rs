@@ -407,6 +407,7 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             committed: Mutex::new(HashMap::new()),
             link: Mutex::new(None),
             fetch_queue: AtomicPtr::new(std::ptr::null_mut()),
+            revoked_since: Mutex::new(Vec::new()),
             paused_gauge: ctx.metrics.paused_partitions(),
             assigned: ctx.metrics.rebalances("assign"),
             revoked: ctx.metrics.rebalances("revoke"),
@@ -529,6 +530,11 @@ struct Shared {
     /// The queue the reader takes records from in batches (see
     /// [`FetchQueue`]); null until the reader made it and after it is gone.
     fetch_queue: AtomicPtr<rd::rd_kafka_queue_t>,
+    /// Partitions revoked since the reader last looked: records of theirs
+    /// it holds (fetched, not yet in a batch) must go, or a partition
+    /// assigned again would get them before the records from its
+    /// committed offset, out of order.
+    revoked_since: Mutex<Vec<Tp>>,
     paused_gauge: Gauge,
     assigned: Counter,
     revoked: Counter,
@@ -688,6 +694,7 @@ impl Shared {
             }
             self.commit(c, Some(&tps), CommitMode::Sync);
         }
+        self.revoked_since.lock().extend(tps.iter().cloned());
         for tp in &tps {
             self.tracker.revoke(tp);
             self.committed.lock().remove(tp);
@@ -1053,10 +1060,14 @@ impl Reader {
             } else {
                 Duration::from_millis(100)
             };
-            let events_only = blocked;
             idle = self.poll_events(target);
-            if !events_only && self.carry.is_none() {
+            self.forget_revoked();
+            if !blocked && self.carry.is_none() {
                 idle &= self.consume(timeout);
+            } else {
+                // Paused on a full budget: nothing to take, so wait for
+                // memory (or the next round's events) instead of spinning.
+                self.budget.global().wait_for_release(epoch, timeout);
             }
             self.commit_due(&mut last_commit);
         }
@@ -1089,6 +1100,31 @@ impl Reader {
             }
         }
         false
+    }
+
+    /// Drops what the reader holds of partitions revoked since it last
+    /// looked: records fetched but not in a batch, and unsent batches (not
+    /// yet tracked, so their records are read again from the commit).
+    fn forget_revoked(&mut self) {
+        let revoked = std::mem::take(&mut *self.shared.revoked_since.lock());
+        if revoked.is_empty() {
+            return;
+        }
+        let gone = |topic: &str, partition: i32| {
+            revoked
+                .iter()
+                .any(|tp| tp.1 == partition && &*tp.0 == topic)
+        };
+        self.held.retain(|m| !gone(m.topic(), m.get().partition));
+        if self
+            .carry
+            .as_ref()
+            .is_some_and(|m| gone(m.topic(), m.partition()))
+        {
+            self.carry = None;
+        }
+        self.builders.retain(|tp, _| !gone(&tp.0, tp.1));
+        self.current = None;
     }
 
     /// Takes up to [`BURST`] records from the fetch queue into `held`,

@@ -852,7 +852,8 @@ struct Reader {
     // Declared before `consumer`: the records and the queue go before the
     // client (fields drop in order).
     /// Records taken from the fetch queue and not yet added to a batch
-    /// (the budget had no room), in order.
+    /// (they are at the next round's start, or stay while the budget has
+    /// no room), in order.
     held: VecDeque<RawMessage>,
     /// The array `rd_kafka_consume_batch_queue` fills.
     fetched: Vec<*mut rd::rd_kafka_message_t>,

@@ -28,6 +28,20 @@ the default `--memory-limit` unless BENCH_MEMORY_LIMIT.
     BENCH_RECORDS=4000000 BENCH_RUNS=5 bench/aggregator.py
     BENCH_MEMORY_LIMIT=64MiB bench/aggregator.py
 
+Comparing two builds in one session (issue 33; the machine is shared, so
+only interleaved runs compare): PETREL_BASE_BIN names a second binary, run
+right before the current one for every petrel row; each row then also
+reports the ratios current/base of records/s, CPU and RSS (median, and the
+range of the per-run-pair ratios). BENCH_KINDS selects rows (default
+"kcat file file-text kafka kafka-eos"). BENCH_PROFILE=ci takes
+target/ci/petrel (the test command's build) unless PETREL_BIN is set.
+BENCH_SOURCE_EXTRA / BENCH_SINK_EXTRA are YAML lines appended to the
+source / kafka sink entries (e.g. "    librdkafka: {fetch.max.bytes: '4194304'}").
+BENCH_PERF=file profiles the current build's `file` runs with perf record -g
+(bench/out/aggregator-file.perf.data; `perf report -i ... --no-children`).
+
+    PETREL_BASE_BIN=/tmp/petrel-base BENCH_PROFILE=ci BENCH_KINDS="file kafka" bench/aggregator.py
+
 Needs java (17+) and kcat (apt-get install kcat). Output also goes to
 bench/out/aggregator.md.
 """
@@ -45,7 +59,15 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("PETREL_BIN", os.path.join(ROOT, "target/release/petrel"))
+PROFILE = os.environ.get("BENCH_PROFILE", "release")
+BIN = os.environ.get("PETREL_BIN", os.path.join(ROOT, "target", PROFILE, "petrel"))
+BASE_BIN = os.environ.get("PETREL_BASE_BIN", "")
+KINDS = os.environ.get("BENCH_KINDS", "kcat file file-text kafka kafka-eos").split()
+SOURCE_EXTRA = os.environ.get("BENCH_SOURCE_EXTRA", "")
+SINK_EXTRA = os.environ.get("BENCH_SINK_EXTRA", "")
+# Row kinds (e.g. "file kafka") whose current-build runs are profiled with
+# `perf record -g` into bench/out/aggregator-<kind>.perf.data.
+PERF = os.environ.get("BENCH_PERF", "")
 RECORDS = int(os.environ.get("BENCH_RECORDS", "2000000"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 THREADS = os.environ.get("BENCH_THREADS", "1")
@@ -90,7 +112,7 @@ def metric(port, name, labels):
 class Agent:
     """`petrel run` on one pipeline file; stopped by `stop`."""
 
-    def __init__(self, work, name, yaml):
+    def __init__(self, work, name, yaml, binary=None):
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         cfg = os.path.join(d, f"{name}.yaml")
@@ -98,7 +120,7 @@ class Agent:
             f.write(yaml)
         self.err = open(os.path.join(d, "err"), "w+")
         self.p = subprocess.Popen(
-            [BIN, "run", "--config", cfg, "--data-dir", os.path.join(d, "data"),
+            [binary or BIN, "run", "--config", cfg, "--data-dir", os.path.join(d, "data"),
              "--threads", THREADS, "--api-addr", "127.0.0.1:0"]
             + (["--memory-limit", MEMORY_LIMIT] if MEMORY_LIMIT and name != "load" else []),
             stdout=subprocess.DEVNULL, stderr=self.err)
@@ -200,7 +222,7 @@ def lengthen(src, dst, size):
 
 def kafka_source(bs, group):
     return (f"sources:\n  - type: kafka\n    brokers: [\"{bs}\"]\n    topics: [bench-in]\n"
-            f"    group_id: {group}\n")
+            f"    group_id: {group}\n" + (SOURCE_EXTRA + "\n" if SOURCE_EXTRA else ""))
 
 
 def run_kcat(bs):
@@ -213,8 +235,9 @@ def run_kcat(bs):
     return wall, float(user) + float(sys_), int(rss)
 
 
-def run_petrel(work, bs, kind, i):
-    group = f"bench-{kind}-{i}"
+def run_petrel(work, bs, kind, i, binary=None, tag=""):
+    group = f"bench-{kind}-{i}{tag}"
+    i = f"{i}{tag}"
     out = os.path.join(work, f"{kind}-{i}.ndjson")
     sink = {
         "file": f"  - type: file\n    path: \"{out}\"\n    encoding: ndjson\n",
@@ -223,8 +246,21 @@ def run_petrel(work, bs, kind, i):
         "kafka-eos": f"  - type: kafka\n    brokers: [\"{bs}\"]\n    topic: eos-{i}\n    encoding: text\n"
                      f"    exactly_once: true\n",
     }[kind]
-    a = Agent(work, f"{kind}-{i}", kafka_source(bs, group) + "sinks:\n" + sink)
+    if kind.startswith("kafka") and SINK_EXTRA:
+        sink += SINK_EXTRA + "\n"
+    a = Agent(work, f"{kind}-{i}", kafka_source(bs, group) + "sinks:\n" + sink, binary)
+    perf = None
+    if PERF and binary is None and kind in PERF.split():
+        # The whole run of the current build's first `kind` reader.
+        out_perf = os.path.join(ROOT, "bench/out", f"aggregator-{kind}.perf.data")
+        os.makedirs(os.path.dirname(out_perf), exist_ok=True)
+        perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", out_perf,
+                                 "-p", str(a.p.pid)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     wall = a.wait_sent(RECORDS)
+    if perf:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(60)
     cpu, rss = cpu_seconds(a.p.pid), hwm_kb(a.p.pid)
     a.stop()
     if os.path.exists(out):
@@ -237,7 +273,9 @@ def main():
     if not shutil.which("kcat"):
         sys.exit("aggregator.py: kcat is missing (apt-get install kcat)")
     if not os.path.exists(BIN):
-        subprocess.run(["cargo", "build", "--release", "-p", "petrel"], cwd=ROOT, check=True)
+        cmd = (["cargo", "build", "--release", "-p", "petrel"] if PROFILE == "release"
+               else ["cargo", "build", "--profile", PROFILE, "--workspace", "--locked"])
+        subprocess.run(cmd, cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="petrel-agg.", dir="/dev/shm")
     broker = None
     try:
@@ -255,22 +293,48 @@ def main():
         load.stop()
         os.unlink(data)
         RECORDS = lines
-        rows = {k: [] for k in ("kcat", "file", "file-text", "kafka", "kafka-eos")}
+        rows = {}
+        for k in KINDS:
+            if k != "kcat" and BASE_BIN:
+                rows[k + " (base)"] = []
+            rows[k] = []
         for i in range(RUNS):
-            rows["kcat"].append(run_kcat(bs))
-            for kind in ("file", "file-text", "kafka", "kafka-eos"):
+            for kind in KINDS:
+                if kind == "kcat":
+                    rows["kcat"].append(run_kcat(bs))
+                    continue
+                if BASE_BIN:
+                    rows[kind + " (base)"].append(run_petrel(work, bs, kind, i, BASE_BIN, "b"))
                 rows[kind].append(run_petrel(work, bs, kind, i))
+                print(f"run {i} {kind}: " + (f"base {rows[kind + ' (base)'][-1]} " if BASE_BIN else "")
+                      + f"current {rows[kind][-1]}", file=sys.stderr)
         out = [f"{RECORDS} records of {RECORD_BYTES} bytes (single128 lengthened) in {PARTITIONS} partitions, {RUNS} runs, median [range], --threads {THREADS}, --memory-limit {MEMORY_LIMIT or 'default'}", "",
-               "| reader | records/s | CPU s per million | peak RSS MB | records/s vs kcat |",
-               "|---|---|---|---|---|"]
-        base = statistics.median(RECORDS / w for w, _, _ in rows["kcat"])
+               "| reader | records/s | CPU s per million | peak RSS MB | records/s vs kcat |"
+               + (" current/base: records/s, CPU, RSS (median [range of run pairs]) |" if BASE_BIN else ""),
+               "|---|---|---|---|---|" + ("---|" if BASE_BIN else "")]
+        base = (statistics.median(RECORDS / w for w, _, _ in rows["kcat"])
+                if rows.get("kcat") else None)
+
+        def ratios(cur, old, f):
+            r = [f(c) / f(o) for c, o in zip(cur, old)]
+            return f"{statistics.median(r):.2f} [{min(r):.2f}–{max(r):.2f}]"
+
         for kind, rs in rows.items():
             rate = [RECORDS / w for w, _, _ in rs]
             cpu = [c / RECORDS * 1e6 for _, c, _ in rs]
             rss = [r / 1024 for _, _, r in rs]
-            out.append(f"| {kind} | {statistics.median(rate):,.0f} [{min(rate):,.0f}–{max(rate):,.0f}] "
-                       f"| {statistics.median(cpu):.2f} [{min(cpu):.2f}–{max(cpu):.2f}] "
-                       f"| {statistics.median(rss):.0f} | {statistics.median(rate) / base:.2f} |")
+            line = (f"| {kind} | {statistics.median(rate):,.0f} [{min(rate):,.0f}–{max(rate):,.0f}] "
+                    f"| {statistics.median(cpu):.2f} [{min(cpu):.2f}–{max(cpu):.2f}] "
+                    f"| {statistics.median(rss):.0f} [{min(rss):.0f}–{max(rss):.0f}] "
+                    + (f"| {statistics.median(rate) / base:.2f} |" if base else "| – |"))
+            if BASE_BIN:
+                old = rows.get(kind + " (base)")
+                if old and kind != "kcat" and not kind.endswith("(base)"):
+                    line += (f" {ratios(rs, old, lambda x: 1 / x[0])}, {ratios(rs, old, lambda x: x[1])},"
+                             f" {ratios(rs, old, lambda x: x[2])} |")
+                else:
+                    line += " |"
+            out.append(line)
         text = "\n".join(out)
         print(text)
         os.makedirs(os.path.join(ROOT, "bench/out"), exist_ok=True)

@@ -88,11 +88,14 @@ pub struct PipelineBudget {
     /// Learned from the batches processed, so that a source reserves
     /// everything a batch will need before reading it.
     amplification: AtomicUsize,
+    /// The ratio the last batch showed, in thousandths: the estimate only
+    /// rises to what two batches in a row show (see [`Self::learn`]).
+    last_ratio: AtomicUsize,
 }
 
-/// A batch read from at least this many bytes sets the learned ratio's
-/// growth at once (see [`PipelineBudget::learn`]); a smaller one moves it
-/// in proportion.
+/// A batch read from at least this many bytes (or from the largest read
+/// the budget allowed, when that is smaller) counts as a full read in
+/// [`PipelineBudget::learn`]; a smaller one moves the ratio in proportion.
 pub const LEARN_WEIGHT_BYTES: usize = 64 << 10;
 
 /// Until a batch was measured: the data, its event descriptors, and two
@@ -107,6 +110,7 @@ impl PipelineBudget {
             limit,
             used: AtomicUsize::new(0),
             amplification: AtomicUsize::new(INITIAL_AMPLIFICATION),
+            last_ratio: AtomicUsize::new(INITIAL_AMPLIFICATION),
         })
     }
 
@@ -118,6 +122,7 @@ impl PipelineBudget {
     pub fn expect_sinks(&self, sink_hints: impl IntoIterator<Item = usize>) {
         let sinks: usize = sink_hints.into_iter().sum();
         self.amplification.store(1500 + sinks, Ordering::Relaxed);
+        self.last_ratio.store(1500 + sinks, Ordering::Relaxed);
     }
 
     /// The largest read whose reservation fits in half this pipeline's
@@ -139,29 +144,45 @@ impl PipelineBudget {
     }
 
     /// Records that a batch read from `input` bytes needed `needed` bytes
-    /// at its peak. A batch moves the estimate in proportion to its size
-    /// against [`LEARN_WEIGHT_BYTES`]: a full read's growth is taken at
-    /// once (the next reservations cover it) and its shrinking by a
-    /// quarter, while one small batch barely moves it either way. A source
-    /// that presizes its event vectors makes a small batch (a linger flush)
-    /// look many times more expensive per byte than it is; taken at once,
-    /// that ratio cut every later read to the minimum and throttled the
-    /// kafka source to one small batch a second after a stall. A
-    /// shortfall is charged when the batch is encoded, so an estimate that
-    /// rises slowly costs no accounting, only a late reservation.
+    /// at its peak.
+    ///
+    /// One odd batch must not set the estimate: a source that presizes its
+    /// event vectors makes a batch cut short (a linger flush) look many
+    /// times more expensive per byte than it is, and an estimate of 100x
+    /// cuts every later read to the minimum, where each small batch then
+    /// barely moved the estimate back (the kafka source crawled at one
+    /// 16 KiB batch at a time after a stall). So:
+    /// - the estimate rises only to the smaller of this batch's ratio and
+    ///   the previous batch's: a real change in cost shows on every batch
+    ///   and is taken from the second one, a single odd batch is ignored
+    ///   (its shortfall is charged when it is encoded, so a late rise
+    ///   costs a late reservation, never the accounting);
+    /// - a batch's weight is its share of a full read, squared, where a
+    ///   full read is [`LEARN_WEIGHT_BYTES`] or the largest read the
+    ///   budget allows now if that is smaller: a full batch takes the rise
+    ///   at once and a quarter of a fall, a small flush hardly moves
+    ///   either, and reads held small by a high estimate still count as
+    ///   full reads, so the estimate comes down within a few batches.
     pub fn learn(&self, input: usize, needed: usize) {
         if input == 0 {
             return;
         }
-        let ratio = (needed as u128 * 1000 / input as u128).clamp(1000, 1_000_000) as i128;
+        let ratio = (needed as u128 * 1000 / input as u128).clamp(1000, 1_000_000) as usize;
+        let previous = self.last_ratio.swap(ratio, Ordering::Relaxed);
         let old = self.amplification.load(Ordering::Relaxed) as i128;
-        // Weight in thousandths, the square of the batch's share of a full
-        // read: a batch of 1/32 of it (a 2 KiB linger flush) moves the
-        // estimate by 0.1 % of the difference.
-        let f = (input.min(LEARN_WEIGHT_BYTES) * 1000 / LEARN_WEIGHT_BYTES) as i128;
+        let full = LEARN_WEIGHT_BYTES.min(self.largest_read()).max(1);
+        // Weight in thousandths: a batch of 1/32 of a full read (a 2 KiB
+        // linger flush) moves the estimate by 0.1 % of the difference.
+        let f = (input.min(full) as u128 * 1000 / full as u128) as i128;
         let w = f * f / 1000;
-        let step = if ratio > old { w } else { w / 4 };
-        let new = old + (ratio - old) * step / 1000;
+        let seen = ratio.min(previous) as i128;
+        let new = if seen > old {
+            old + (seen - old) * w / 1000
+        } else if (ratio as i128) < old {
+            old + (ratio as i128 - old) * (w / 4) / 1000
+        } else {
+            old
+        };
         self.amplification
             .store(new.clamp(1000, 1_000_000) as usize, Ordering::Relaxed);
     }
@@ -345,11 +366,16 @@ mod tests {
         let g = MemoryBudget::new(64 << 20);
         let p = PipelineBudget::new(g, 4 << 20);
         assert!(p.reservation(p.largest_read()) <= p.limit() / 2);
-        // Small lines into a verbose encoding: 16 bytes held per byte read.
-        p.learn(64 << 10, 16 << 16);
+        // Small lines into a verbose encoding: 16 bytes held per byte read
+        // (a rise is taken when two batches in a row show it).
+        for _ in 0..2 {
+            p.learn(64 << 10, 16 << 16);
+        }
         assert_eq!(p.largest_read(), 128 << 10);
         assert!(p.reservation(p.largest_read()) <= p.limit() / 2);
-        p.learn(64 << 10, 1000 << 16);
+        for _ in 0..2 {
+            p.learn(64 << 10, 1000 << 16);
+        }
         assert_eq!(p.largest_read(), 16 << 10, "never below one small read");
     }
 
@@ -375,14 +401,67 @@ mod tests {
             "{} after one odd batch (was {steady})",
             p.largest_read()
         );
-        // A real change in cost, seen on full batches, is taken at once
-        // when it grows, and within a few batches when it shrinks.
+        // A real change in cost, seen on full batches, is taken from the
+        // second such batch when it grows, and within a few batches when
+        // it shrinks.
+        p.learn(1 << 20, 8 << 20);
         p.learn(1 << 20, 8 << 20);
         assert_eq!(p.largest_read(), 1 << 20);
         for _ in 0..12 {
             p.learn(1 << 20, 2 << 20);
         }
         assert!(p.largest_read() >= 3 << 20, "{}", p.largest_read());
+    }
+
+    /// What the aggregator saw at a small limit: one linger flush of a
+    /// full 64 KiB whose presized event vector held 100x its bytes set the
+    /// estimate to 100x, reads were cut to 20 KiB, and each of those small
+    /// batches (weighed against 64 KiB) moved the estimate back by 2.5 %
+    /// of the way: eight batches later the reads were 26 KiB, against
+    /// 1 MiB before the odd batch.
+    #[test]
+    fn one_odd_full_batch_does_not_throttle_the_reads() {
+        let g = MemoryBudget::new(64 << 20);
+        let p = PipelineBudget::new(g, 4 << 20);
+        for _ in 0..30 {
+            p.learn(1 << 20, 2 << 20);
+        }
+        let steady = p.largest_read();
+        assert!(
+            (1000 << 10..=1 << 20).contains(&steady),
+            "about 2 MiB / 2x: {steady}"
+        );
+        p.learn(64 << 10, 100 * (64 << 10));
+        // The source reads what the budget allows, at the usual cost.
+        for _ in 0..8 {
+            let read = p.largest_read();
+            p.learn(read, 2 * read);
+        }
+        assert!(
+            p.largest_read() >= steady / 2,
+            "reads of {} after one odd batch (was {steady})",
+            p.largest_read()
+        );
+    }
+
+    /// An estimate that was high for real (a burst of verbose events) comes
+    /// down within a few batches once the cost falls, although the reads
+    /// it allows are far below 64 KiB.
+    #[test]
+    fn reads_held_small_by_a_high_estimate_still_bring_it_down() {
+        let g = MemoryBudget::new(64 << 20);
+        let p = PipelineBudget::new(g, 4 << 20);
+        for _ in 0..4 {
+            p.learn(1 << 20, 100 << 20);
+        }
+        assert_eq!(p.largest_read(), 20971, "2 MiB / 100x");
+        // Weighed against 64 KiB, eight such batches left the reads at
+        // 26 KiB; as full reads, they bring the estimate down to 12x.
+        for _ in 0..8 {
+            let read = p.largest_read();
+            p.learn(read, 2 * read);
+        }
+        assert!(p.largest_read() >= 128 << 10, "{}", p.largest_read());
     }
 
     #[test]

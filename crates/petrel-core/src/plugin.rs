@@ -244,6 +244,10 @@ pub struct EngineOptions {
     pub checkpoint_ttl: Duration,
     /// Upper bound on waiting for in-flight data at shutdown.
     pub shutdown_timeout: Duration,
+    /// The agent's `--memory-limit` in bytes, for plugins whose client
+    /// libraries buffer outside the memory budget (librdkafka) and size
+    /// those buffers from it.
+    pub memory_limit: usize,
 }
 
 /// Everything a source gets when it starts, and nothing specific to one

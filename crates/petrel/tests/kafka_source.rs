@@ -303,6 +303,133 @@ fn a_memory_limit_full_for_moments_does_not_pause_the_partitions() {
     assert_eq!(committed(&bs, "g-tight", "tight", 3), ends(&bs, "tight", 3));
 }
 
+/// Records are taken in batches from a queue of the source's own, to which
+/// each assigned partition is forwarded; librdkafka drops that forwarding
+/// when a partition is revoked. A partition taken away by a second member
+/// and given back when it leaves, while records keep arriving and are
+/// being consumed in batches, is read on from where it was committed:
+/// every record arrives, each member sees a partition's offsets rising,
+/// and the group ends committed at the partitions' ends.
+#[test]
+fn partitions_revoked_and_assigned_again_during_batch_consumption_are_read_on() {
+    let _serial = serial();
+    const N: usize = 120_000;
+    const PARTS: i32 = 4;
+    let broker = Broker::start();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "again", PARTS);
+    let dir = tempdir();
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (bs, written) = (bs.clone(), written.clone());
+        std::thread::spawn(move || {
+            let p = producer(&bs);
+            for chunk in 0..12 {
+                produce(
+                    &p,
+                    "again",
+                    chunk * 10_000,
+                    (chunk + 1) * 10_000,
+                    Some(20_000),
+                );
+                written.store((chunk + 1) * 10_000, Ordering::SeqCst);
+            }
+        })
+    };
+    let start = |i: usize| {
+        let out = dir.path().join(format!("out{i}.ndjson"));
+        let cfg = source_config(
+            dir.path(),
+            &format!("again{i}"),
+            &bs,
+            "again",
+            "g-again",
+            "",
+            &out,
+        );
+        (
+            Agent::start(&cfg, &dir.path().join(format!("data{i}"))),
+            out,
+        )
+    };
+    let (mut first, out0) = start(0);
+    wait_for(
+        Duration::from_secs(120),
+        "the first member reading",
+        || match count_lines(&out0) {
+            n if n >= 10_000 => Ok(()),
+            n => Err(format!("{n} lines")),
+        },
+    );
+    let (mut second, out1) = start(1);
+    wait_for(
+        Duration::from_secs(120),
+        "the second member reading",
+        || match count_lines(&out1) {
+            n if n >= 5_000 => Ok(()),
+            n => Err(format!("{n} lines")),
+        },
+    );
+    // A clean stop leaves the group: its partitions go back to the first.
+    second.stop();
+    let handed_back: BTreeMap<i64, i64> =
+        delivered(&out1)
+            .into_iter()
+            .fold(BTreeMap::new(), |mut m, (p, o, _)| {
+                let e = m.entry(p).or_insert(o);
+                *e = (*e).max(o);
+                m
+            });
+    assert!(
+        !handed_back.is_empty(),
+        "the second member was given no partition"
+    );
+    writer.join().expect("writer");
+    assert_eq!(written.load(Ordering::SeqCst), N);
+    wait_for(Duration::from_secs(180), "every record delivered", || {
+        let lines = count_lines(&out0) + count_lines(&out1);
+        if lines < N {
+            return Err(format!("{lines} lines of {N}"));
+        }
+        let got: HashSet<String> = delivered(&out0)
+            .into_iter()
+            .chain(delivered(&out1))
+            .map(|(_, _, m)| m)
+            .collect();
+        match got.len() {
+            n if n >= N => Ok(()),
+            n => Err(format!("{n} of {N} distinct")),
+        }
+    });
+    let firsts = delivered(&out0);
+    for (&part, &last) in &handed_back {
+        assert!(
+            firsts.iter().any(|&(p, o, _)| p == part && o > last),
+            "partition {part}, handed back after offset {last}, was not read on by the first member"
+        );
+    }
+    // Within a member, a partition's records come in offset order, each
+    // once, between the hand-overs (a batch's records are not reordered
+    // or repeated by the fetch queue).
+    for (name, out) in [("first", &out0), ("second", &out1)] {
+        let mut last: BTreeMap<i64, i64> = BTreeMap::new();
+        for (p, o, m) in delivered(out) {
+            if let Some(&l) = last.get(&p) {
+                assert!(
+                    o > l,
+                    "the {name} member delivered {p}/{o} after {p}/{l}: {m}"
+                );
+            }
+            last.insert(p, o);
+        }
+    }
+    first.stop();
+    assert_eq!(
+        committed(&bs, "g-again", "again", PARTS),
+        ends(&bs, "again", PARTS)
+    );
+}
+
 #[test]
 fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
     let _serial = serial();

@@ -314,6 +314,7 @@ impl Topology {
                 data_dir: self.opts.data_dir.clone(),
                 checkpoint_ttl: self.opts.checkpoint_ttl,
                 shutdown_timeout: self.opts.shutdown_timeout,
+                memory_limit: self.opts.memory_limit,
             };
             let sink = c
                 .build_with(m.clone(), &engine)
@@ -419,6 +420,7 @@ impl Topology {
                     data_dir: self.opts.data_dir.clone(),
                     checkpoint_ttl: self.opts.checkpoint_ttl,
                     shutdown_timeout: self.opts.shutdown_timeout,
+                    memory_limit: self.opts.memory_limit,
                 },
             };
             match c.start(ctx) {

@@ -99,13 +99,13 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "batch",
         kind: petrel_core::plugin::KeyKind::Map,
         default: Some(r#"{linger_ms: 50}"#),
-        doc: r#"`{max_bytes, linger_ms}`: librdkafka `batch.size` (its default, 1 MB) and `linger.ms`; a 50 ms linger keeps the idempotent producer from busy-polling."#,
+        doc: r#"`{max_bytes, linger_ms}`: librdkafka `batch.size` (by default a quarter of `max_buffered_bytes`, 64 KiB to 1 MB) and `linger.ms`; a 50 ms linger keeps the idempotent producer from busy-polling."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "librdkafka",
         kind: petrel_core::plugin::KeyKind::Map,
         default: Some(r#"{}"#),
-        doc: r#"Any librdkafka setting, applied last (`security.protocol`, ...); checked when the configuration is loaded."#,
+        doc: r#"Any librdkafka setting, applied last (`security.protocol`, ...); checked when the configuration is loaded. Settings given here win over those the sink sizes from `--memory-limit` (`batch.size`, `queue.buffering.max.kbytes`: twice `max_buffered_bytes`), which bound librdkafka's buffers, outside the memory limit."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "max_in_flight_batches",
@@ -116,8 +116,8 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     petrel_core::plugin::KeyDoc {
         name: "max_buffered_bytes",
         kind: petrel_core::plugin::KeyKind::Bytes,
-        default: Some(r#"4MiB"#),
-        doc: r#"Bytes handed to librdkafka and not yet confirmed, per shared producer."#,
+        default: Some(r#"--memory-limit / 4, 256KiB to 4MiB"#),
+        doc: r#"Bytes handed to librdkafka and not yet confirmed, per shared producer (with `exactly_once`, per sink): 4 MiB at the default 16 MiB limit. The bytes themselves are within `--memory-limit` (librdkafka points into them); librdkafka's message headers and the produce requests' copies of them, up to about as much again, are not."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "exactly_once",
@@ -133,13 +133,49 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     },
 ];
 
-/// Default of `max_buffered_bytes`: a few librdkafka batches (`batch.size`
-/// 1 MB), enough to keep several partitions busy; see
+/// Largest default of `max_buffered_bytes`: a few librdkafka batches
+/// (`batch.size` 1 MB), enough to keep several partitions busy; see
 /// [`SharedProducer::get`] for why it is not larger.
-const DEFAULT_BUFFERED_BYTES: u64 = 4 << 20;
+const MAX_DEFAULT_BUFFERED_BYTES: usize = 4 << 20;
+
+/// What the producer buffers, sized from the agent's `--memory-limit`
+/// `limit` unless set: `max_buffered_bytes` (the bytes handed to
+/// librdkafka and not yet delivered) and librdkafka's own settings, to be
+/// applied before the user's.
+///
+/// librdkafka's buffers are outside the memory budget and larger than the
+/// bytes they hold: each message has a header of a few hundred bytes, and
+/// a produce request copies the messages it carries. So
+/// `max_buffered_bytes` defaults to limit/4 (4 MiB at the default 16 MiB;
+/// 256 KiB to 4 MiB), `batch.size` to a quarter of that (at least 64 KiB,
+/// at most librdkafka's 1 MB) and librdkafka's queue to twice it
+/// (`queue.buffering.max.kbytes`, a bound the sink never reaches). Not
+/// less at 16 MiB: a payload's last messages wait for `linger.ms` (50 ms),
+/// so the bytes in flight bound the rate, and 2 MiB cut Kafka → Kafka to
+/// 0.45x the records/s of 4 MiB (BENCHMARKS.md section 20).
+pub fn producer_sizes(
+    limit: usize,
+    max_buffered_bytes: Option<usize>,
+) -> (usize, Vec<(String, String)>) {
+    let buffered = max_buffered_bytes
+        .unwrap_or_else(|| (limit / 4).clamp(256 << 10, MAX_DEFAULT_BUFFERED_BYTES));
+    let batch = (buffered / 4).clamp(64 << 10, 1_000_000);
+    let queue_kb = (buffered * 2 / 1024).max(1024);
+    (
+        buffered,
+        vec![
+            ("batch.size".into(), batch.to_string()),
+            ("queue.buffering.max.kbytes".into(), queue_kb.to_string()),
+        ],
+    )
+}
 
 /// Default of `batch.linger_ms`.
 const DEFAULT_LINGER_MS: u64 = 50;
+
+/// The agent's default `--memory-limit`, for a sink built without the
+/// agent's settings.
+const DEFAULT_MEMORY_LIMIT: usize = 16 << 20;
 
 const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
 const ACKS: &[&str] = &["all", "1", "0"];
@@ -161,8 +197,9 @@ pub struct KafkaSinkConfig {
     pub client: Vec<(String, String)>,
     /// Upper bound of the congestion window, in batches.
     pub max_in_flight: usize,
-    /// Bytes handed to librdkafka before their delivery reports, at most.
-    pub max_buffered_bytes: usize,
+    /// Bytes handed to librdkafka before their delivery reports, at most,
+    /// when set (else sized from the memory limit, see [`producer_sizes`]).
+    pub max_buffered_bytes: Option<usize>,
     /// Transactions that also commit the `kafka` source's offsets.
     pub exactly_once: bool,
     /// The producer's `transactional.id` (default from host, pipeline and
@@ -217,8 +254,6 @@ impl KafkaSinkConfig {
             // congestion window; a short timeout makes an outage visible
             // to that loop soon.
             ("message.timeout.ms".into(), "10000".into()),
-            // librdkafka copies every message; bound that copy.
-            ("queue.buffering.max.kbytes".into(), "32768".into()),
         ];
         // Longer than a produce round trip under load, so that librdkafka's
         // idempotent producer does not busy-poll (see
@@ -266,8 +301,7 @@ impl KafkaSinkConfig {
                 .clamp(1, 4096) as usize,
             max_buffered_bytes: map
                 .u64("max_buffered_bytes", true)
-                .unwrap_or(DEFAULT_BUFFERED_BYTES)
-                .clamp(64 << 10, u32::MAX as u64) as usize,
+                .map(|b| b.clamp(64 << 10, u32::MAX as u64) as usize),
         })
     }
 }
@@ -278,7 +312,8 @@ pub struct KafkaSink {
     topic: Template,
     fallback_topic: String,
     key_field: Option<String>,
-    producer: Arc<SharedProducer>,
+    /// The shared producer (none with `exactly_once`).
+    producer: Option<Arc<SharedProducer>>,
     max_in_flight: usize,
     metrics: ComponentMetrics,
     fallback: LazyCounter,
@@ -288,8 +323,15 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// Creates (or shares) the producer.
-    pub fn new(c: &KafkaSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+    /// Creates (or shares) the producer, its buffers sized from the
+    /// agent's memory limit `limit` (see [`producer_sizes`]).
+    pub fn new(
+        c: &KafkaSinkConfig,
+        metrics: ComponentMetrics,
+        limit: usize,
+    ) -> anyhow::Result<Self> {
+        let (buffered, mut client) = producer_sizes(limit, c.max_buffered_bytes);
+        client.extend(c.client.iter().cloned());
         let label = |name: &str| {
             metrics
                 .labels()
@@ -308,9 +350,10 @@ impl KafkaSink {
                 )
             });
             Arc::new(transactional::Transactional::new(
-                &c.client,
+                &client,
                 &id,
                 &pipeline,
+                buffered,
                 metrics.clone(),
             ))
         });
@@ -320,7 +363,11 @@ impl KafkaSink {
             topic: c.topic.clone(),
             fallback_topic: c.fallback_topic.clone(),
             key_field: c.key_field.clone(),
-            producer: SharedProducer::get(&c.client, c.max_buffered_bytes)?,
+            // The transactional side has a producer of its own.
+            producer: match c.exactly_once {
+                true => None,
+                false => Some(SharedProducer::get(&client, buffered)?),
+            },
             max_in_flight: c.max_in_flight,
             fallback: metrics.error_counter("topic_field_missing"),
             invalid_topic: metrics.error_counter("invalid_topic"),
@@ -461,11 +508,12 @@ impl KafkaSink {
         } = p;
         // Shared with librdkafka's in-flight messages, which point into it.
         let data = Arc::new(data);
-        let Some(routes) = data
-            .attachment
-            .as_ref()
-            .and_then(|a| a.downcast_ref::<Routes>())
-        else {
+        let (Some(routes), Some(producer)) = (
+            data.attachment
+                .as_ref()
+                .and_then(|a| a.downcast_ref::<Routes>()),
+            self.producer.as_ref(),
+        ) else {
             tracing::error!("kafka sink: payload without routing; not acknowledged");
             return;
         };
@@ -478,7 +526,7 @@ impl KafkaSink {
         let mut rerouted: Option<Routes> = None;
         loop {
             let r = rerouted.as_ref().unwrap_or(routes);
-            let mut outcome = self.producer.produce(&data, r, &pending).await;
+            let mut outcome = producer.produce(&data, r, &pending).await;
             rejected += outcome.rejected;
             if !outcome.unroutable.is_empty() {
                 let mut new = r.clone();
@@ -580,7 +628,23 @@ impl petrel_core::plugin::SinkConfig for KafkaSinkConfig {
         &self,
         metrics: ComponentMetrics,
     ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
-        Ok(std::sync::Arc::new(KafkaSink::new(self, metrics)?))
+        Ok(std::sync::Arc::new(KafkaSink::new(
+            self,
+            metrics,
+            DEFAULT_MEMORY_LIMIT,
+        )?))
+    }
+
+    fn build_with(
+        &self,
+        metrics: ComponentMetrics,
+        engine: &petrel_core::plugin::EngineOptions,
+    ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        Ok(std::sync::Arc::new(KafkaSink::new(
+            self,
+            metrics,
+            engine.memory_limit,
+        )?))
     }
 
     fn commits_source_positions(&self) -> Option<&'static str> {

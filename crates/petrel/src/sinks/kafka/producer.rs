@@ -436,18 +436,33 @@ impl SharedProducer {
         if let Some(p) = map.get(&key) {
             return Ok(p.clone());
         }
+        let p = Self::private(pairs, buffered_bytes)?;
+        map.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// A producer of its own for `pairs`, shared with no other sink: the
+    /// transactional one of `exactly_once`, whose `transactional.id` is
+    /// its sink's alone and which is replaced after a fatal error.
+    pub fn private(
+        pairs: &[(String, String)],
+        buffered_bytes: usize,
+    ) -> anyhow::Result<Arc<SharedProducer>> {
         let inner: ThreadedProducer<Context> =
             client_config(pairs).create_with_context(Context::default())?;
         let budget_bytes = buffered_bytes.clamp(1 << 16, u32::MAX as usize);
-        let p = Arc::new(SharedProducer {
+        Ok(Arc::new(SharedProducer {
             budget: Arc::new(Semaphore::new(budget_bytes)),
             budget_bytes,
             fetching: Arc::default(),
             topics: Mutex::new(HashMap::new()),
             inner,
-        });
-        map.insert(key, p.clone());
-        Ok(p)
+        }))
+    }
+
+    /// The librdkafka producer itself, for the transaction calls.
+    pub fn client(&self) -> &ThreadedProducer<Context> {
+        &self.inner
     }
 
     fn topic(&self, name: &str) -> Result<Arc<Topic>, KafkaError> {

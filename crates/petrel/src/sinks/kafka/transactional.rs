@@ -18,13 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use petrel_core::plugin::{Payload, PayloadReceiver};
-use petrel_core::{ComponentMetrics, EventBatch};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use petrel_core::plugin::{Encoded, Payload, PayloadReceiver};
+use petrel_core::{AckPart, ComponentMetrics, EventBatch, MemoryCharge};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::producer::{client_config, record_range, Routes};
+use super::producer::{Routes, SharedProducer};
 use crate::sinks::congestion::Backoff;
 use crate::sources::kafka::link;
 
@@ -79,11 +79,34 @@ enum Failure {
     Fatal(String),
 }
 
+/// A payload of the transaction being sent: its encoded records shared
+/// with librdkafka's messages, which point into them (see
+/// [`SharedProducer::produce`]), so that nothing is copied per record.
+struct Held {
+    data: Arc<Encoded>,
+    events: u64,
+    ack: AckPart,
+    /// Memory held by the encoded data, released with it.
+    _charge: MemoryCharge,
+}
+
+impl Held {
+    fn attachment(&self) -> Option<&Attachment> {
+        self.data
+            .attachment
+            .as_ref()
+            .and_then(|a| a.downcast_ref::<Attachment>())
+    }
+}
+
 /// The transactional side of a `kafka` sink.
 pub struct Transactional {
     client: Vec<(String, String)>,
     pipeline: String,
-    producer: Mutex<Option<Arc<ThreadedProducer<DefaultProducerContext>>>>,
+    /// Bytes handed to librdkafka and not yet delivered, at most (the
+    /// sink's `max_buffered_bytes`).
+    buffered_bytes: usize,
+    producer: Mutex<Option<Arc<SharedProducer>>>,
     metrics: ComponentMetrics,
 }
 
@@ -93,6 +116,7 @@ impl Transactional {
         client: &[(String, String)],
         transactional_id: &str,
         pipeline: &str,
+        buffered_bytes: usize,
         metrics: ComponentMetrics,
     ) -> Self {
         let mut client = client.to_vec();
@@ -102,6 +126,7 @@ impl Transactional {
         Self {
             client,
             pipeline: pipeline.to_string(),
+            buffered_bytes,
             producer: Mutex::new(None),
             metrics,
         }
@@ -114,20 +139,17 @@ impl Transactional {
         // left open before a crash holds its offsets, and a read_committed
         // consumer's offset fetch waits for it to end; initialising the
         // producer aborts it.
-        let this = self.clone();
-        if let Ok(Err(Failure::Retry(e) | Failure::Fatal(e))) =
-            tokio::task::spawn_blocking(move || this.producer().map(drop)).await
-        {
+        if let Err(Failure::Retry(e) | Failure::Fatal(e)) = self.producer().await {
             tracing::warn!(error = %e, "kafka: transactional producer not ready yet; retrying with the first records");
         }
         while let Some(first) = rx.recv().await {
             let mut bytes = first.data.bytes.len();
-            let mut group = vec![first];
+            let mut group = vec![Held::from(first)];
             while group.len() < MAX_GROUP_PAYLOADS && bytes < MAX_GROUP_BYTES {
                 match rx.try_recv() {
                     Ok(p) => {
                         bytes += p.data.bytes.len();
-                        group.push(p);
+                        group.push(Held::from(p));
                     }
                     Err(_) => break,
                 }
@@ -136,20 +158,7 @@ impl Transactional {
             let mut backoff = Backoff::default();
             dm.in_flight.set(group.len() as i64);
             loop {
-                let this = self.clone();
-                let joined = tokio::task::spawn_blocking(move || {
-                    let r = this.transact(&mut group);
-                    (group, r)
-                })
-                .await;
-                let Ok((back, result)) = joined else {
-                    // The blocking task panicked: its payloads went with
-                    // it, unanswered, and are read again.
-                    self.metrics.error("panic", 1);
-                    break;
-                };
-                group = back;
-                match result {
+                match self.transact(&mut group).await {
                     Ok(()) => {
                         let events: u64 = group.iter().map(|p| p.events).sum();
                         self.metrics.sent_events.inc_by(events);
@@ -188,25 +197,32 @@ impl Transactional {
         }
     }
 
-    fn producer(&self) -> Result<Arc<ThreadedProducer<DefaultProducerContext>>, Failure> {
+    /// The producer, created (and its transactions initialised) on first
+    /// use and after a fatal error.
+    async fn producer(self: &Arc<Self>) -> Result<Arc<SharedProducer>, Failure> {
         if let Some(p) = self.producer.lock().as_ref() {
             return Ok(p.clone());
         }
-        let p: ThreadedProducer<DefaultProducerContext> = client_config(&self.client)
-            .create()
-            .map_err(|e| Failure::Retry(format!("cannot create the producer: {e}")))?;
-        // Fences an earlier producer with the same transactional id (this
-        // instance before a crash) and aborts its open transaction.
-        p.init_transactions(Duration::from_secs(30))
-            .map_err(|e| Failure::Retry(format!("init_transactions: {e}")))?;
-        let p = Arc::new(p);
+        let (client, buffered) = (self.client.clone(), self.buffered_bytes);
+        let p = blocking(move || {
+            let p = SharedProducer::private(&client, buffered)
+                .map_err(|e| Failure::Retry(format!("cannot create the producer: {e}")))?;
+            // Fences an earlier producer with the same transactional id
+            // (this instance before a crash) and aborts its open
+            // transaction.
+            p.client()
+                .init_transactions(Duration::from_secs(30))
+                .map_err(|e| Failure::Retry(format!("init_transactions: {e}")))?;
+            Ok(p)
+        })
+        .await?;
         *self.producer.lock() = Some(p.clone());
         Ok(p)
     }
 
     /// One transaction for `group`; payloads of partitions the source no
     /// longer owns are removed (dropped unanswered).
-    fn transact(&self, group: &mut Vec<Payload>) -> Result<(), Failure> {
+    async fn transact(self: &Arc<Self>, group: &mut Vec<Held>) -> Result<(), Failure> {
         let sources = link::sources_of(&self.pipeline);
         let [source] = sources.as_slice() else {
             return Err(Failure::Retry(format!(
@@ -220,7 +236,7 @@ impl Transactional {
             .store(true, std::sync::atomic::Ordering::Release);
         let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
         group.retain(|p| {
-            let Some(a) = attachment(p) else {
+            let Some(a) = p.attachment() else {
                 return true;
             };
             match &a.offset {
@@ -243,131 +259,126 @@ impl Transactional {
                 "the kafka source is not in its group yet".into(),
             ));
         };
-        let producer = self.producer()?;
-        producer.begin_transaction().map_err(classify)?;
-        let mut rejected = 0u64;
-        let sent = self.send_all(&producer, group, &mut rejected);
+        let producer = self.producer().await?;
+        let p = producer.clone();
+        blocking(move || p.client().begin_transaction().map_err(classify)).await?;
         let mut tpl = TopicPartitionList::new();
         for ((t, p), next) in &offsets {
             let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*next));
         }
-        let result = sent
-            .and_then(|()| {
-                producer
-                    .send_offsets_to_transaction(&tpl, &cgm, Duration::from_secs(30))
-                    .map_err(classify)
-            })
-            .and_then(|()| wait_delivered(&producer, Duration::from_secs(60)))
-            .and_then(|()| {
-                producer
-                    .commit_transaction(Duration::from_secs(60))
-                    .map_err(classify)
-            });
-        if let Err(f) = result {
-            if let Failure::Retry(_) = f {
+        let result = match send_all(&producer, group).await {
+            Ok(rejected) => {
+                let p = producer.clone();
+                blocking(move || {
+                    let c = p.client();
+                    c.send_offsets_to_transaction(&tpl, &cgm, Duration::from_secs(30))
+                        .map_err(classify)?;
+                    // Every record is delivered (send_all waited for the
+                    // reports), so the flush inside finds nothing to wait
+                    // for: rust-rdkafka's flush polls 100 ms at a time.
+                    c.commit_transaction(Duration::from_secs(60))
+                        .map_err(classify)
+                })
+                .await
+                .map(|()| rejected)
+            }
+            Err(f) => Err(f),
+        };
+        match result {
+            Ok(rejected) => {
+                if rejected > 0 {
+                    tracing::error!(
+                        messages = rejected,
+                        "kafka rejected messages larger than its size limit (message.max.bytes); counted as discarded `message_too_large`"
+                    );
+                    self.metrics.discarded("message_too_large", rejected);
+                }
+                Ok(())
+            }
+            Err(Failure::Retry(why)) => {
                 // An abortable error: the transaction must be aborted
                 // before a new one begins; if that fails too, start over
                 // with a new producer.
-                if let Err(e) = producer.abort_transaction(Duration::from_secs(30)) {
-                    return Err(Failure::Fatal(format!("abort failed: {e}")));
+                let p = producer.clone();
+                match blocking(move || {
+                    p.client()
+                        .abort_transaction(Duration::from_secs(30))
+                        .map_err(|e| Failure::Fatal(format!("abort failed: {e}")))
+                })
+                .await
+                {
+                    Ok(()) => Err(Failure::Retry(why)),
+                    Err(f) => Err(f),
                 }
             }
-            return Err(f);
+            Err(f) => Err(f),
         }
-        if rejected > 0 {
-            tracing::error!(
-                messages = rejected,
-                "kafka rejected messages larger than its size limit (message.max.bytes); counted as discarded `message_too_large`"
-            );
-            self.metrics.discarded("message_too_large", rejected);
-        }
-        Ok(())
     }
+}
 
-    fn send_all(
-        &self,
-        producer: &ThreadedProducer<DefaultProducerContext>,
-        group: &[Payload],
-        rejected: &mut u64,
-    ) -> Result<(), Failure> {
-        for p in group {
-            let Some(a) = attachment(p) else {
-                continue;
+impl From<Payload> for Held {
+    fn from(p: Payload) -> Self {
+        Held {
+            data: Arc::new(p.data),
+            events: p.events,
+            ack: p.ack,
+            _charge: p.charge,
+        }
+    }
+}
+
+/// Produces every record of `group` (one `rd_kafka_produce_batch` per
+/// payload and topic, payloads pointing into the encoded bytes, as the
+/// at-least-once sink does) and waits for their delivery reports; the
+/// count of records the broker can never take. Any other failed record
+/// fails the transaction: it is aborted and sent again whole.
+async fn send_all(producer: &Arc<SharedProducer>, group: &[Held]) -> Result<u64, Failure> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for h in group {
+        if h.attachment().is_none() {
+            continue;
+        }
+        let (p, data) = (producer.clone(), h.data.clone());
+        tasks.spawn(async move {
+            let Some(a) = data
+                .attachment
+                .as_ref()
+                .and_then(|a| a.downcast_ref::<Attachment>())
+            else {
+                return super::producer::Outcome::default();
             };
-            let r = &a.routes;
-            for i in 0..p.data.record_ends.len() {
-                let topic = r
-                    .topic_of
-                    .get(i)
-                    .and_then(|&t| r.topics.get(t as usize))
-                    .or_else(|| r.topics.first());
-                let Some(topic) = topic else {
-                    continue;
-                };
-                let value = &p.data.bytes[record_range(&p.data, i)];
-                let key = r
-                    .key_ranges
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .map(|(a, b)| &r.keys[a as usize..b as usize]);
-                let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).payload(value);
-                if let Some(k) = key {
-                    record = record.key(k);
-                }
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                            record = back;
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
-                        Err((
-                            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
-                            _,
-                        )) => {
-                            *rejected += 1;
-                            break;
-                        }
-                        Err((e, _)) => return Err(Failure::Retry(format!("produce: {e}"))),
-                    }
-                }
-            }
+            let records: Vec<u32> = (0..data.record_ends.len() as u32).collect();
+            p.produce(&data, &a.routes, &records).await
+        });
+    }
+    let mut rejected = 0;
+    let mut failure = None;
+    while let Some(joined) = tasks.join_next().await {
+        let outcome = joined.map_err(|e| Failure::Retry(format!("produce task: {e}")))?;
+        rejected += outcome.rejected;
+        if failure.is_none() && !(outcome.failed.is_empty() && outcome.unroutable.is_empty()) {
+            failure = Some(
+                outcome
+                    .first_error
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "topic does not exist or may not be written".into()),
+            );
         }
-        Ok(())
+    }
+    match failure {
+        Some(why) => Err(Failure::Retry(format!("produce: {why}"))),
+        None => Ok(rejected),
     }
 }
 
-/// Waits until librdkafka has delivered every record of the transaction.
-/// `commit_transaction` does it too, but through rust-rdkafka's `flush`,
-/// which polls 100 ms at a time, and so made every commit last 100 ms or
-/// more (exactly once reached 0.57× the records/s of at least once at the
-/// default memory limit; each transaction's records hold the budget until
-/// it commits). The producer's own thread serves the delivery reports, so
-/// the count goes down without us polling.
-fn wait_delivered(
-    producer: &ThreadedProducer<DefaultProducerContext>,
-    timeout: Duration,
-) -> Result<(), Failure> {
-    let deadline = Instant::now() + timeout;
-    while producer.in_flight_count() > 0 {
-        if Instant::now() >= deadline {
-            return Err(Failure::Retry(format!(
-                "{} records not delivered within {} s",
-                producer.in_flight_count(),
-                timeout.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    Ok(())
-}
-
-fn attachment(p: &Payload) -> Option<&Attachment> {
-    p.data
-        .attachment
-        .as_ref()
-        .and_then(|a| a.downcast_ref::<Attachment>())
+/// Runs a blocking librdkafka call (transactions wait on the broker) on
+/// the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(Failure::Retry(format!("transaction call: {e}"))))
 }
 
 fn classify(e: KafkaError) -> Failure {

@@ -62,8 +62,8 @@
 pub mod link;
 pub mod tracker;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -79,6 +79,7 @@ use petrel_core::{
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use rdkafka::bindings as rd;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, ConsumerGroupMetadata, RebalanceProtocol,
@@ -162,7 +163,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "librdkafka",
         kind: petrel_core::plugin::KeyKind::Map,
         default: None,
-        doc: r#"librdkafka consumer settings, applied last (`session.timeout.ms`, `security.protocol`, `sasl.*`, `partition.assignment.strategy`...); checked when the file is loaded. `enable.auto.commit` is refused. Set by the source unless given here: `queued.max.messages.kbytes: 4096`, `fetch.queue.backoff.ms: 10`, `isolation.level: read_committed`, `partition.assignment.strategy: cooperative-sticky`."#,
+        doc: r#"librdkafka consumer settings, applied last (`session.timeout.ms`, `security.protocol`, `sasl.*`, `partition.assignment.strategy`...); checked when the file is loaded. `enable.auto.commit` is refused. Set by the source unless given here: `isolation.level: read_committed`, `partition.assignment.strategy: cooperative-sticky`, and, sized from the pipeline's share of `--memory-limit` (L) so that what librdkafka prefetches outside the limit stays bounded (about L/8 of records): `queued.max.messages.kbytes` L/16 (1 MiB at the default 16 MiB; 256 KiB to 64 MiB), `fetch.max.bytes` L/16 (at least 1 MiB), `max.partition.fetch.bytes` L/64 (64 KiB to 1 MiB), `fetch.queue.backoff.ms: 2`. Settings given here win over these."#,
     },
 ];
 
@@ -312,14 +313,9 @@ impl KafkaSourceConfig {
                 "partition.assignment.strategy".into(),
                 "cooperative-sticky".into(),
             ),
-            // librdkafka prefetches up to 64 MiB by default, outside the
-            // memory limit; a few MiB keep a partition busy.
-            ("queued.max.messages.kbytes".into(), "4096".into()),
-            // When that queue is full librdkafka waits this long before
-            // fetching for the partition again: its default (1 s) capped
-            // the source at 46,000 records/s (bench/aggregator.py); 10 ms
-            // lets it keep up with a queue this small.
-            ("fetch.queue.backoff.ms".into(), "10".into()),
+            // The prefetch queue, the fetch sizes and the fetch backoff
+            // (librdkafka's 1 s capped the source at 46,000 records/s) come
+            // from the memory limit, at start: see `fetch_sizes`.
             // Transactions of upstream producers: only committed records.
             ("isolation.level".into(), "read_committed".into()),
             // Lag metrics come from librdkafka's statistics.
@@ -344,6 +340,40 @@ impl KafkaSourceConfig {
             client,
         })
     }
+}
+
+/// librdkafka's prefetch sized from the pipeline's memory `limit`.
+///
+/// What librdkafka fetched sits outside the memory budget, and it is more
+/// than the bytes: each record is an op of a few hundred bytes beside its
+/// payload, and a record keeps the whole fetch response it came in alive
+/// until it is consumed. With a 4 MiB queue and librdkafka's fetch sizes
+/// (50 MiB per fetch, 1 MiB per partition) an aggregator reading into a
+/// file peaked at 58-70 MB under the 16 MiB default limit; with the sizes
+/// below, at 41-49 MB (bench/aggregator.py, BENCHMARKS.md section 20).
+/// With `limit` L:
+/// - `queued.max.messages.kbytes`: L/16 (1 MiB at 16 MiB; 256 KiB to 64
+///   MiB), the queue librdkafka refills up to;
+/// - `fetch.max.bytes`: L/16, at least 1 MiB (librdkafka raises it to
+///   `message.max.bytes` anyway): one fetch response;
+/// - `max.partition.fetch.bytes` (`fetch.message.max.bytes`): L/64, 64
+///   KiB to 1 MiB (librdkafka's default); a larger record is still
+///   fetched, librdkafka grows the request;
+/// - `fetch.queue.backoff.ms`: 2, how long librdkafka waits to fetch again
+///   when that queue is full; a queue this small drains in a few
+///   milliseconds at a million records a second.
+///
+/// In all, about L/8 of payloads, with their ops, outside the budget.
+pub fn fetch_sizes(limit: usize) -> Vec<(String, String)> {
+    let queue_kb = (limit / 16 / 1024).clamp(256, 64 << 10);
+    let fetch = (limit / 16).clamp(1 << 20, 50 << 20);
+    let partition = (limit / 64).clamp(64 << 10, 1 << 20);
+    vec![
+        ("queued.max.messages.kbytes".into(), queue_kb.to_string()),
+        ("fetch.max.bytes".into(), fetch.to_string()),
+        ("max.partition.fetch.bytes".into(), partition.to_string()),
+        ("fetch.queue.backoff.ms".into(), "2".into()),
+    ]
 }
 
 /// The consumer's settings, with librdkafka's own log at warnings and above.
@@ -376,6 +406,8 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             gauges: Mutex::new(HashMap::new()),
             committed: Mutex::new(HashMap::new()),
             link: Mutex::new(None),
+            fetch_queue: AtomicPtr::new(std::ptr::null_mut()),
+            revoked_since: Mutex::new(Vec::new()),
             paused_gauge: ctx.metrics.paused_partitions(),
             assigned: ctx.metrics.rebalances("assign"),
             revoked: ctx.metrics.rebalances("revoke"),
@@ -384,13 +416,20 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             metrics: ctx.metrics.clone(),
             key: ctx.key.clone(),
         });
-        let consumer: BaseConsumer<Ctx> = client_config(&self.client)
+        // Sized from the limit first, so that the user's settings win.
+        let mut pairs = fetch_sizes(ctx.budget.limit());
+        pairs.extend(self.client.iter().cloned());
+        let consumer: BaseConsumer<Ctx> = client_config(&pairs)
             .create_with_context(Ctx(shared.clone()))
             .map_err(|e| anyhow::anyhow!("cannot create the Kafka consumer: {e}"))?;
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
             .map_err(|e| anyhow::anyhow!("cannot subscribe to {topics:?}: {e}"))?;
+        let fetch = FetchQueue::new(&consumer)?;
+        shared
+            .fetch_queue
+            .store(fetch.0.as_ptr(), Ordering::Release);
         let consumer = Arc::new(consumer);
         let link = Arc::new(ConsumerLink {
             member: Arc::new(Member(consumer.clone(), tracker.clone())),
@@ -400,6 +439,9 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
         *shared.link.lock() = Some(link.clone());
         let stop = Arc::new(StopFlag::default());
         let mut reader = Reader {
+            held: VecDeque::new(),
+            fetched: Vec::with_capacity(BURST),
+            fetch,
             consumer,
             shared: shared.clone(),
             acks: Arc::new(TrackerAcks(tracker.clone())),
@@ -408,7 +450,7 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             metrics: ctx.metrics.clone(),
             meta: ctx.meta.clone(),
             infos: HashMap::new(),
-            builders: HashMap::new(),
+            builders: HashMap::default(),
             carry: None,
             current: None,
             json: self.json.then(|| JsonParser::new(None)),
@@ -485,6 +527,14 @@ struct Shared {
     /// Offsets committed so far, to commit only what moved.
     committed: Mutex<HashMap<Tp, i64>>,
     link: Mutex<Option<Arc<ConsumerLink>>>,
+    /// The queue the reader takes records from in batches (see
+    /// [`FetchQueue`]); null until the reader made it and after it is gone.
+    fetch_queue: AtomicPtr<rd::rd_kafka_queue_t>,
+    /// Partitions revoked since the reader last looked: records of theirs
+    /// it holds (fetched, not yet in a batch) must go, or a partition
+    /// assigned again would get them before the records from its
+    /// committed offset, out of order.
+    revoked_since: Mutex<Vec<Tp>>,
     paused_gauge: Gauge,
     assigned: Counter,
     revoked: Counter,
@@ -574,6 +624,7 @@ impl Shared {
         for (t, p) in &reset {
             let _ = tpl.set_partition_offset(t, *p, to);
         }
+        self.forward_to_fetch_queue(c, tpl);
         self.assigned.inc_by(tpl.count() as u64);
         let r = match c.rebalance_protocol() {
             RebalanceProtocol::Cooperative => c.incremental_assign(tpl),
@@ -587,6 +638,39 @@ impl Shared {
             let _ = c.pause(tpl);
         }
         tracing::info!(source = %self.key, partitions = %names(tpl), "kafka: partitions assigned");
+    }
+
+    /// Sends the records of the partitions of `tpl` to the reader's fetch
+    /// queue. Done before they are assigned: librdkafka then leaves the
+    /// forwarding in place when it starts fetching (else it forwards to the
+    /// consumer's queue), and when it stops fetching a revoked partition it
+    /// clears it, so each assignment forwards again.
+    fn forward_to_fetch_queue(&self, c: &BaseConsumer<Ctx>, tpl: &TopicPartitionList) {
+        let fq = self.fetch_queue.load(Ordering::Acquire);
+        if fq.is_null() {
+            return;
+        }
+        for e in tpl.elements() {
+            let Ok(topic) = std::ffi::CString::new(e.topic()) else {
+                continue;
+            };
+            // SAFETY: the client is alive (we are inside its poll); `fq`
+            // is the reader's queue, destroyed only after the reader set
+            // `fetch_queue` back to null, on this same thread. The
+            // partition queue handle is released at once; the forwarding
+            // is kept by librdkafka's partition.
+            unsafe {
+                let pq = rd::rd_kafka_queue_get_partition(
+                    c.client().native_ptr(),
+                    topic.as_ptr(),
+                    e.partition(),
+                );
+                if !pq.is_null() {
+                    rd::rd_kafka_queue_forward(pq, fq);
+                    rd::rd_kafka_queue_destroy(pq);
+                }
+            }
+        }
     }
 
     fn on_revoke(&self, c: &BaseConsumer<Ctx>, tpl: &TopicPartitionList) {
@@ -610,6 +694,7 @@ impl Shared {
             }
             self.commit(c, Some(&tps), CommitMode::Sync);
         }
+        self.revoked_since.lock().extend(tps.iter().cloned());
         for tp in &tps {
             self.tracker.revoke(tp);
             self.committed.lock().remove(tp);
@@ -709,6 +794,30 @@ impl GroupMember for Member {
     }
 }
 
+/// Hashes a partition's key by its number alone: the builders are looked
+/// up twice per record, and SipHash over the topic name was 4 % of the
+/// source thread (perf, bench/aggregator.py). Keys of one partition number
+/// in several topics share a hash; `Eq` still tells them apart.
+type ByPartition = std::hash::BuildHasherDefault<PartitionHasher>;
+
+/// See [`ByPartition`].
+#[derive(Default)]
+struct PartitionHasher(u64);
+
+impl std::hash::Hasher for PartitionHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    /// The topic's bytes (and `str`'s terminator): left to `Eq`.
+    fn write(&mut self, _bytes: &[u8]) {}
+
+    fn write_i32(&mut self, partition: i32) {
+        // Spread over the high bits too (hashbrown takes both ends).
+        self.0 = (partition as u32 as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// Records of one partition collected into one batch.
 struct Builder {
     buf: Vec<u8>,
@@ -740,6 +849,15 @@ const PAUSE_AFTER: Duration = Duration::from_secs(1);
 const LINGER: Duration = Duration::from_millis(50);
 
 struct Reader {
+    // Declared before `consumer`: the records and the queue go before the
+    // client (fields drop in order).
+    /// Records taken from the fetch queue and not yet added to a batch
+    /// (they are at the next round's start, or stay while the budget has
+    /// no room), in order.
+    held: VecDeque<RawMessage>,
+    /// The array `rd_kafka_consume_batch_queue` fills.
+    fetched: Vec<*mut rd::rd_kafka_message_t>,
+    fetch: FetchQueue,
     consumer: Arc<BaseConsumer<Ctx>>,
     shared: Arc<Shared>,
     acks: Arc<dyn AckReceiver>,
@@ -748,12 +866,13 @@ struct Reader {
     metrics: ComponentMetrics,
     meta: Arc<[(Key, Arc<str>)]>,
     infos: HashMap<Tp, Arc<SourceInfo>>,
-    builders: HashMap<Tp, Builder>,
-    /// A record read while the budget had no room for its batch.
+    builders: HashMap<Tp, Builder, ByPartition>,
+    /// A record read from the consumer's queue while the budget had no
+    /// room for its batch.
     carry: Option<OwnedMessage>,
     /// The partition of the last record taken, known assigned at this
-    /// [`Tracker::assignment_epoch`].
-    current: Option<(Tp, u64)>,
+    /// [`Tracker::assignment_epoch`], with its librdkafka topic handle.
+    current: Option<(Tp, u64, *const rd::rd_kafka_topic_t)>,
     json: Option<JsonParser>,
     decode_failed: LazyCounter,
     /// Batches emitted so far (for the warm-up size).
@@ -763,6 +882,150 @@ struct Reader {
     /// Kept so the link lives as long as the source.
     #[allow(dead_code)]
     link: Arc<ConsumerLink>,
+}
+
+// SAFETY: the raw pointers are librdkafka messages and topic handles owned
+// by this reader (messages) or only compared (topic handles); librdkafka
+// objects may be used from any thread.
+unsafe impl Send for Reader {}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // No more forwarding to the queue once it is destroyed (with the
+        // fields, right after this).
+        self.shared
+            .fetch_queue
+            .store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// The queue every assigned partition's records are forwarded to (see
+/// [`Shared::forward_to_fetch_queue`]), read with
+/// `rd_kafka_consume_batch_queue`: up to [`BURST`] records per call,
+/// without the event and the reference-counted wrapper per record of
+/// rust-rdkafka's `poll` (three allocations per record with librdkafka's
+/// own). The consumer's queue keeps what is not a record (rebalances,
+/// commit results, statistics, errors), served by `poll` each round: a
+/// batch call on it would serve a rebalance by itself (librdkafka's
+/// forced unassign), bypassing the source's drain and commit.
+struct FetchQueue(std::ptr::NonNull<rd::rd_kafka_queue_t>);
+
+impl FetchQueue {
+    fn new(c: &BaseConsumer<Ctx>) -> anyhow::Result<Self> {
+        // SAFETY: a valid client; the queue is destroyed before it.
+        let q = unsafe { rd::rd_kafka_queue_new(c.client().native_ptr()) };
+        std::ptr::NonNull::new(q)
+            .map(FetchQueue)
+            .ok_or_else(|| anyhow::anyhow!("cannot create the Kafka fetch queue"))
+    }
+}
+
+impl Drop for FetchQueue {
+    fn drop(&mut self) {
+        // SAFETY: made by rd_kafka_queue_new, destroyed once, before the
+        // client (see `Reader`).
+        unsafe { rd::rd_kafka_queue_destroy(self.0.as_ptr()) }
+    }
+}
+
+/// A record returned by `rd_kafka_consume_batch_queue`, owned: destroyed
+/// when dropped.
+struct RawMessage(std::ptr::NonNull<rd::rd_kafka_message_t>);
+
+impl RawMessage {
+    fn get(&self) -> &rd::rd_kafka_message_t {
+        // SAFETY: valid until destroyed in `drop`.
+        unsafe { self.0.as_ref() }
+    }
+
+    fn topic(&self) -> &str {
+        // SAFETY: a fetched message's topic handle is valid while the
+        // message is; its name is a NUL-terminated string.
+        unsafe {
+            let name = rd::rd_kafka_topic_name(self.get().rkt);
+            if name.is_null() {
+                return "";
+            }
+            std::ffi::CStr::from_ptr(name).to_str().unwrap_or("")
+        }
+    }
+
+    fn bytes(p: *mut std::ffi::c_void, len: usize) -> Option<&'static [u8]> {
+        // SAFETY: librdkafka's payload and key pointers are valid for
+        // `len` bytes while the message is (the lifetime is narrowed by
+        // the callers to the message's).
+        (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p as *const u8, len) })
+    }
+
+    fn payload(&self) -> &[u8] {
+        let m = self.get();
+        Self::bytes(m.payload, m.len).unwrap_or_default()
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        let m = self.get();
+        Self::bytes(m.key, m.key_len)
+    }
+
+    fn timestamp_ms(&self) -> Option<i64> {
+        let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        // SAFETY: a valid message.
+        let ms = unsafe { rd::rd_kafka_message_timestamp(self.get(), &mut kind) };
+        (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE).then_some(ms)
+    }
+
+    /// The headers as `kafka.headers`' object, when the record has any
+    /// (a header name that is not UTF-8 is written lossily).
+    fn headers(&self) -> Option<Value> {
+        let mut h: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+        // SAFETY: a valid message; the headers belong to it.
+        let err = unsafe { rd::rd_kafka_message_headers(self.get(), &mut h) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || h.is_null() {
+            return None;
+        }
+        let mut obj = Vec::new();
+        for i in 0.. {
+            let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+            // SAFETY: valid headers; out-pointers to locals.
+            let err =
+                unsafe { rd::rd_kafka_header_get_all(h, i, &mut name, &mut value, &mut size) };
+            if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+                break;
+            }
+            // SAFETY: a NUL-terminated name and `size` bytes of value.
+            let key = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+            let v = Self::bytes(value as *mut _, size);
+            obj.push((Key::Owned(key.into_owned()), header_value(v)));
+        }
+        Some(Value::Object(obj))
+    }
+}
+
+impl Drop for RawMessage {
+    fn drop(&mut self) {
+        // SAFETY: returned by rd_kafka_consume_batch_queue, destroyed once.
+        unsafe { rd::rd_kafka_message_destroy(self.0.as_ptr()) }
+    }
+}
+
+/// A header's value as a field value: text when it is UTF-8.
+fn header_value(v: Option<&[u8]>) -> Value {
+    match v {
+        Some(v) => match std::str::from_utf8(v) {
+            Ok(s) => Value::Str(s.into()),
+            Err(_) => Value::Bytes(v.into()),
+        },
+        None => Value::Null,
+    }
+}
+
+/// What a batch keeps of one record.
+struct Record<'a> {
+    offset: i64,
+    value: &'a [u8],
+    key: Option<&'a [u8]>,
+    timestamp_ms: Option<i64>,
+    headers: Option<Value>,
 }
 
 impl Reader {
@@ -794,6 +1057,9 @@ impl Reader {
                 }
             }
             if !blocked {
+                blocked = self.take_held(target).is_err();
+            }
+            if !blocked {
                 blocked_since = None;
                 self.set_paused(false);
             } else {
@@ -819,40 +1085,135 @@ impl Reader {
             } else {
                 Duration::from_millis(100)
             };
-            // A message borrows the consumer, not the reader.
-            let consumer = self.consumer.clone();
-            let mut wait = timeout;
-            // What librdkafka already holds is taken in one go, up to
-            // BURST records, before the round's checks above (clock reads,
-            // locks, a look at every partition's batch): per record they
-            // cost as much as the record (bench/aggregator.py profile).
-            for _ in 0..BURST {
-                match consumer.poll(wait) {
-                    Some(Ok(m)) => {
-                        idle = false;
-                        if self.take(&m, target).is_err() {
-                            // No room for it: held (one record) until
-                            // there is, as the records librdkafka
-                            // prefetched are.
-                            self.carry = Some(m.detach());
-                            break;
-                        }
-                    }
-                    Some(Err(e)) => {
-                        self.shared.errors.inc();
-                        tracing::warn!(source = %self.shared.key, error = %e, "kafka: consume error");
-                        break;
-                    }
-                    None => {
-                        idle = wait > Duration::ZERO;
-                        break;
-                    }
-                }
-                wait = Duration::ZERO;
+            idle = self.poll_events(target);
+            self.forget_revoked();
+            if !blocked && self.carry.is_none() {
+                idle &= self.consume(timeout);
+            } else {
+                // Paused on a full budget: nothing to take, so wait for
+                // memory (or the next round's events) instead of spinning.
+                self.budget.global().wait_for_release(epoch, timeout);
             }
             self.commit_due(&mut last_commit);
         }
         self.finish();
+    }
+
+    /// Serves the consumer's queue without waiting: rebalances (their
+    /// callbacks run here), commit results, statistics and errors, and the
+    /// odd record fetched before its partition was forwarded to the fetch
+    /// queue. True when it held nothing.
+    fn poll_events(&mut self, target: usize) -> bool {
+        // A message borrows the consumer, not the reader.
+        let consumer = self.consumer.clone();
+        for _ in 0..BURST {
+            match consumer.poll(Duration::ZERO) {
+                Some(Ok(m)) => {
+                    if self.carry.is_some() || self.take(&m, target).is_err() {
+                        // No room for it: held (one record) until there
+                        // is, as the records librdkafka prefetched are.
+                        self.carry = Some(m.detach());
+                        return false;
+                    }
+                }
+                Some(Err(e)) => {
+                    self.shared.errors.inc();
+                    tracing::warn!(source = %self.shared.key, error = %e, "kafka: consume error");
+                    return false;
+                }
+                None => return true,
+            }
+        }
+        false
+    }
+
+    /// Drops what the reader holds of partitions revoked since it last
+    /// looked: records fetched but not in a batch, and unsent batches (not
+    /// yet tracked, so their records are read again from the commit).
+    fn forget_revoked(&mut self) {
+        let revoked = std::mem::take(&mut *self.shared.revoked_since.lock());
+        if revoked.is_empty() {
+            return;
+        }
+        let gone = |topic: &str, partition: i32| {
+            revoked
+                .iter()
+                .any(|tp| tp.1 == partition && &*tp.0 == topic)
+        };
+        self.held.retain(|m| !gone(m.topic(), m.get().partition));
+        if self
+            .carry
+            .as_ref()
+            .is_some_and(|m| gone(m.topic(), m.partition()))
+        {
+            self.carry = None;
+        }
+        self.builders.retain(|tp, _| !gone(&tp.0, tp.1));
+        self.current = None;
+    }
+
+    /// Takes up to [`BURST`] records from the fetch queue into `held`,
+    /// waiting up to `wait` for the first one; what librdkafka already
+    /// holds is taken in one call, before the round's checks (clock reads,
+    /// locks, a look at every partition's batch): per record they cost as
+    /// much as the record. True when nothing came.
+    fn consume(&mut self, wait: Duration) -> bool {
+        let mut n = self.consume_batch(0, BURST);
+        if n == 0 {
+            // Nothing there: wait for one record only (a batch call waits
+            // until its array is full), then take the rest at once.
+            n = self.consume_batch(wait.as_millis().min(1000) as i32, 1);
+            if n > 0 {
+                n += self.consume_batch(0, BURST - 1);
+            }
+        }
+        n == 0
+    }
+
+    /// One `rd_kafka_consume_batch_queue` call into `held`; the count.
+    fn consume_batch(&mut self, timeout_ms: i32, max: usize) -> usize {
+        self.fetched.clear();
+        self.fetched.reserve(max);
+        // SAFETY: the queue is alive; the array has room for `max`
+        // pointers, of which the call fills the first `n`.
+        let n = unsafe {
+            let n = rd::rd_kafka_consume_batch_queue(
+                self.fetch.0.as_ptr(),
+                timeout_ms,
+                self.fetched.as_mut_ptr(),
+                max,
+            );
+            let n = n.clamp(0, max as isize) as usize;
+            self.fetched.set_len(n);
+            n
+        };
+        for &m in &self.fetched {
+            let Some(m) = std::ptr::NonNull::new(m).map(RawMessage) else {
+                continue;
+            };
+            let err = m.get().err;
+            if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                self.held.push_back(m);
+            } else if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                self.shared.errors.inc();
+                let e = KafkaError::MessageConsumption(err.into());
+                tracing::warn!(source = %self.shared.key, error = %e, topic = m.topic(), partition = m.get().partition, "kafka: consume error");
+            }
+        }
+        self.fetched.clear();
+        n
+    }
+
+    /// Adds the held records to their batches, in order, until the budget
+    /// has no room for one.
+    fn take_held(&mut self, target: usize) -> Result<(), NoRoom> {
+        while let Some(m) = self.held.pop_front() {
+            if self.take_raw(&m, target).is_err() {
+                self.held.push_front(m);
+                return Err(NoRoom);
+            }
+        }
+        Ok(())
     }
 
     fn commit_due(&self, last_commit: &mut Instant) {
@@ -874,6 +1235,7 @@ impl Reader {
         let _ = self.flush(true, 0);
         self.builders.clear();
         self.carry = None;
+        self.held.clear();
         if !self.shared.tracker.wait_all_drained(deadline) {
             tracing::warn!(source = %self.shared.key, "kafka: records still undelivered at shutdown; they will be read again");
         }
@@ -900,6 +1262,8 @@ impl Reader {
             {
                 self.carry = None;
             }
+            self.held
+                .retain(|m| !(m.get().partition == tp.1 && m.topic() == &*tp.0));
             tracing::warn!(source = %self.shared.key, topic = %tp.0, partition = tp.1, offset = from,
                 "kafka: delivery failed; reading the partition again from its last delivered record");
             if let Err(e) =
@@ -1005,25 +1369,91 @@ impl Reader {
         self.emitter.emit(batch);
     }
 
+    /// The partition of a record if it is assigned, the last one's
+    /// without a lock or a string compare when unchanged (`rkt`: the
+    /// record's librdkafka topic handle, when it has one).
+    fn partition_of(
+        &mut self,
+        topic: impl FnOnce() -> Arc<str>,
+        partition: i32,
+        rkt: *const rd::rd_kafka_topic_t,
+        same_topic: impl FnOnce(&str) -> bool,
+    ) -> Option<Tp> {
+        let epoch = self.shared.tracker.assignment_epoch();
+        if let Some((tp, e, t)) = &self.current {
+            // A topic handle compared by address is only trusted within
+            // one assignment epoch (a new topic is a new assignment).
+            if *e == epoch
+                && tp.1 == partition
+                && ((!rkt.is_null() && *t == rkt) || same_topic(&tp.0))
+            {
+                return Some(tp.clone());
+            }
+        }
+        let tp: Tp = (topic(), partition);
+        if !self.shared.tracker.is_assigned(&tp) {
+            return None;
+        }
+        self.current = Some((tp.clone(), epoch, rkt));
+        Some(tp)
+    }
+
+    /// Adds a record of the consumer's queue to its partition's batch.
+    fn take<M: Message>(&mut self, m: &M, target: usize) -> Result<(), NoRoom> {
+        let Some(tp) = self.partition_of(
+            || m.topic().into(),
+            m.partition(),
+            std::ptr::null(),
+            |t| t == m.topic(),
+        ) else {
+            return Ok(());
+        };
+        let headers = m.headers().map(|h| {
+            let mut obj = Vec::with_capacity(h.count());
+            for i in 0..h.count() {
+                if let Some(hd) = h.try_get(i) {
+                    obj.push((Key::Owned(hd.key.to_string()), header_value(hd.value)));
+                }
+            }
+            Value::Object(obj)
+        });
+        let r = Record {
+            offset: m.offset(),
+            value: m.payload().unwrap_or_default(),
+            key: m.key(),
+            timestamp_ms: m.timestamp().to_millis(),
+            headers,
+        };
+        self.add(tp, r, target)
+    }
+
+    /// Adds a record of the fetch queue to its partition's batch: its
+    /// fields read straight from librdkafka's message.
+    fn take_raw(&mut self, m: &RawMessage, target: usize) -> Result<(), NoRoom> {
+        let raw = m.get();
+        let Some(tp) = self.partition_of(
+            || m.topic().into(),
+            raw.partition,
+            raw.rkt,
+            |t| t == m.topic(),
+        ) else {
+            return Ok(());
+        };
+        let r = Record {
+            offset: raw.offset,
+            value: m.payload(),
+            key: m.key(),
+            timestamp_ms: m.timestamp_ms(),
+            headers: m.headers(),
+        };
+        self.add(tp, r, target)
+    }
+
     /// Adds a record to its partition's batch; gives it back when the
     /// partition's batch is full and the memory budget has no room to emit
     /// it.
-    fn take<M: Message>(&mut self, m: &M, target: usize) -> Result<(), NoRoom> {
-        let epoch = self.shared.tracker.assignment_epoch();
-        let tp = match &self.current {
-            Some((tp, e)) if *e == epoch && tp.1 == m.partition() && &*tp.0 == m.topic() => {
-                tp.clone()
-            }
-            _ => {
-                let tp: Tp = (m.topic().into(), m.partition());
-                if !self.shared.tracker.is_assigned(&tp) {
-                    return Ok(());
-                }
-                self.current = Some((tp.clone(), epoch));
-                tp
-            }
-        };
-        let offset = m.offset();
+    fn add(&mut self, tp: Tp, r: Record<'_>, target: usize) -> Result<(), NoRoom> {
+        let offset = r.offset;
         // Positions in a batch are offsets from its first record, in 32
         // bits; a gap that large (compaction) starts a new batch.
         let split = self
@@ -1050,7 +1480,7 @@ impl Reader {
             last: offset,
             opened: Instant::now(),
         });
-        let value = m.payload().unwrap_or_default();
+        let value = r.value;
         let at = b.buf.len();
         b.buf.extend_from_slice(value);
         let mut ev = Event::from_span(Span::new(at, value.len()));
@@ -1065,12 +1495,12 @@ impl Reader {
         }
         ev.fields
             .push((Key::Borrowed("kafka.offset"), Value::Int(offset)));
-        if let Some(ms) = m.timestamp().to_millis() {
+        if let Some(ms) = r.timestamp_ms {
             ev.fields
                 .push((Key::Borrowed("kafka.timestamp"), Value::Int(ms)));
             ev.time_ns = ms.checked_mul(1_000_000);
         }
-        if let Some(k) = m.key() {
+        if let Some(k) = r.key {
             let kat = b.buf.len();
             b.buf.extend_from_slice(k);
             ev.fields.push((
@@ -1078,20 +1508,8 @@ impl Reader {
                 Value::Span(Span::new(kat, k.len())),
             ));
         }
-        if let Some(h) = m.headers() {
-            let mut obj = Vec::with_capacity(h.count());
-            for hd in h.iter() {
-                let v = match hd.value {
-                    Some(v) => match std::str::from_utf8(v) {
-                        Ok(s) => Value::Str(s.into()),
-                        Err(_) => Value::Bytes(v.into()),
-                    },
-                    None => Value::Null,
-                };
-                obj.push((Key::Owned(hd.key.to_string()), v));
-            }
-            ev.fields
-                .push((Key::Borrowed("kafka.headers"), Value::Object(obj)));
+        if let Some(h) = r.headers {
+            ev.fields.push((Key::Borrowed("kafka.headers"), h));
         }
         b.starts
             .push((at as u32, (offset - b.first).max(0) as u32, 0));

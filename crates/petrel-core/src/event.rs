@@ -287,6 +287,8 @@ pub struct EventBatch {
     /// `buf` itself, copied in one go instead of walked event by event. The
     /// engine clears it before any processor runs (processors change
     /// events in place), and batches built any other way leave it false.
+    /// Such events own no memory (no fields), so the engine forgets them
+    /// instead of dropping them one by one.
     pub verbatim_lines: bool,
     /// Events a processor took out of the flow and sent to one named sink
     /// instead of dropping them (`reroute_dropped`); they skip the rest of

@@ -774,7 +774,7 @@ impl FileReader {
             }
         };
         let mut s = 0;
-        for_each_newline(&buf, |nl| {
+        for nl in memchr::memchr_iter(b'\n', &buf) {
             if nl - s <= max {
                 events.push(Event::from_span(Span::new(s, nl - s)));
             } else {
@@ -786,7 +786,7 @@ impl FileReader {
             }
             continues_long_line = false;
             s = nl + 1;
-        });
+        }
         if s < len {
             // Pieces of an over-long line, or a timed-out partial line.
             if !unterminated && !continues_long_line {
@@ -922,51 +922,6 @@ fn message_positions(msgs: &[super::decode::DecodedMsg]) -> Arc<[(u32, u32, u8)]
     v.into()
 }
 
-/// Calls `f` with the index of every `\n` in `buf`, in order.
-///
-/// `memchr_iter` makes a call per line, each with its own setup: for
-/// 128-byte lines that was about 50 instructions per line, a quarter of
-/// the input thread's own work on the raw-line pipelines, and the input
-/// thread is the one stage a second worker cannot share. With AVX2 this
-/// compares 64 bytes per step and walks the bits of the newlines found.
-#[inline]
-fn for_each_newline(buf: &[u8], mut f: impl FnMut(usize)) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is available (checked just above).
-        unsafe { newlines_avx2(buf, &mut f) };
-        return;
-    }
-    for nl in memchr::memchr_iter(b'\n', buf) {
-        f(nl);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn newlines_avx2(buf: &[u8], f: &mut impl FnMut(usize)) {
-    use std::arch::x86_64::*;
-    let nl = _mm256_set1_epi8(b'\n' as i8);
-    let p = buf.as_ptr();
-    let mut i = 0;
-    while i + 64 <= buf.len() {
-        // SAFETY: both 32-byte loads lie inside `buf` (`i + 64 <= len`).
-        let lo = _mm256_loadu_si256(p.add(i).cast());
-        let hi = _mm256_loadu_si256(p.add(i + 32).cast());
-        let lo = _mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, nl)) as u32 as u64;
-        let hi = _mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, nl)) as u32 as u64;
-        let mut m = lo | (hi << 32);
-        while m != 0 {
-            f(i + m.trailing_zeros() as usize);
-            m &= m - 1;
-        }
-        i += 64;
-    }
-    for nl in memchr::memchr_iter(b'\n', &buf[i..]) {
-        f(i + nl);
-    }
-}
-
 /// Appends up to `want` bytes read from the file's position to `buf`, in
 /// as few `read()` calls as the kernel allows (one for a page-cached file),
 /// and returns how many were read (fewer only at end of file).
@@ -1011,21 +966,6 @@ mod tests {
     use super::*;
     use parking_lot::Mutex;
     use std::time::Duration;
-
-    #[test]
-    fn every_newline_is_found_in_order_wherever_it_falls() {
-        for len in [0usize, 1, 31, 63, 64, 65, 127, 128, 200, 1000] {
-            for step in [1usize, 2, 7, 31, 32, 33, 63, 64, 65, 300] {
-                let buf: Vec<u8> = (0..len)
-                    .map(|i| if i % step == step - 1 { b'\n' } else { b'a' })
-                    .collect();
-                let want: Vec<usize> = memchr::memchr_iter(b'\n', &buf).collect();
-                let mut got = Vec::new();
-                for_each_newline(&buf, |nl| got.push(nl));
-                assert_eq!(got, want, "len {len} step {step}");
-            }
-        }
-    }
 
     #[test]
     fn spare_capacity_reads_stop_at_want_and_at_end_of_file() {

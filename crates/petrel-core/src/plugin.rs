@@ -108,9 +108,10 @@ pub fn payload_channel() -> (PayloadSender, PayloadReceiver) {
 pub struct PayloadSender(tokio::sync::mpsc::UnboundedSender<Box<Payload>>);
 
 impl PayloadSender {
-    /// Queues `payload`; gives it back when the sink has stopped.
-    pub fn send(&self, payload: Payload) -> Result<(), Payload> {
-        self.0.send(Box::new(payload)).map_err(|e| *e.0)
+    /// Queues `payload`; gives it back (still boxed, as it travelled)
+    /// when the sink has stopped.
+    pub fn send(&self, payload: Payload) -> Result<(), Box<Payload>> {
+        self.0.send(Box::new(payload)).map_err(|e| e.0)
     }
 }
 

@@ -299,6 +299,12 @@ fn write_json_key(k: &Key, out: &mut Vec<u8>) {
     write_json_str(out, k);
 }
 
+/// Whether `b` is UTF-8, with the SIMD check the encoders use.
+#[inline]
+pub fn is_utf8(b: &[u8]) -> bool {
+    simdutf8::basic::from_utf8(b).is_ok()
+}
+
 /// Writes bytes as a JSON string, invalid UTF-8 replaced and counted.
 pub fn write_json_bytes(b: &[u8], out: &mut Vec<u8>, stats: &mut EncodeStats) {
     // simdutf8's check is several times the standard library's on long

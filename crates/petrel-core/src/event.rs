@@ -165,6 +165,28 @@ impl Event {
     }
 }
 
+/// Empties `events`, quickly when none of them owns memory: the events of
+/// raw lines (a span each, no fields) are then forgotten in one step
+/// instead of dropped one by one, which cost two calls per event (3 % of
+/// the single128 → text pipeline's CPU, BENCHMARKS.md section 21).
+pub fn drop_events(events: &mut Vec<Event>) {
+    let trivial = events.iter().all(|e| {
+        e.fields.capacity() == 0
+            && matches!(
+                e.message,
+                Value::Span(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::Null
+            )
+    });
+    if trivial {
+        // SAFETY: shrinking the length is always sound; the events past it
+        // are not dropped, and none of them owns anything to release
+        // (checked above: plain values, no field vector allocated).
+        unsafe { events.set_len(0) };
+    } else {
+        events.clear();
+    }
+}
+
 /// Where a batch came from; shared by all its events.
 #[derive(Debug, Default)]
 pub struct SourceInfo {
@@ -265,6 +287,8 @@ pub struct EventBatch {
     /// `buf` itself, copied in one go instead of walked event by event. The
     /// engine clears it before any processor runs (processors change
     /// events in place), and batches built any other way leave it false.
+    /// Such events own no memory (no fields), so the engine forgets them
+    /// instead of dropping them one by one.
     pub verbatim_lines: bool,
     /// Events a processor took out of the flow and sent to one named sink
     /// instead of dropping them (`reroute_dropped`); they skip the rest of

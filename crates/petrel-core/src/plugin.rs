@@ -45,12 +45,29 @@ pub struct Encoded {
     pub attachment: Option<Box<dyn Any + Send + Sync>>,
     /// Values that were not valid UTF-8 and were written with U+FFFD.
     pub invalid_utf8: u64,
+    /// The data when it is a batch's read buffer as it is (raw lines in
+    /// the text encoding, see [`EventBatch::verbatim_lines`]): shared with
+    /// the batch instead of copied into `bytes`, which stays empty. Only
+    /// encoders of sinks that read the data through [`Encoded::data`] set
+    /// it.
+    pub shared: Option<bytes::Bytes>,
+}
+
+impl Encoded {
+    /// The encoded data: the shared buffer, or else `bytes`.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        match &self.shared {
+            Some(b) => b,
+            None => &self.bytes,
+        }
+    }
 }
 
 impl std::fmt::Debug for Encoded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Encoded")
-            .field("bytes", &self.bytes.len())
+            .field("bytes", &self.data().len())
             .field("records", &self.record_ends.len())
             .finish()
     }
@@ -91,9 +108,10 @@ pub fn payload_channel() -> (PayloadSender, PayloadReceiver) {
 pub struct PayloadSender(tokio::sync::mpsc::UnboundedSender<Box<Payload>>);
 
 impl PayloadSender {
-    /// Queues `payload`; gives it back when the sink has stopped.
-    pub fn send(&self, payload: Payload) -> Result<(), Payload> {
-        self.0.send(Box::new(payload)).map_err(|e| *e.0)
+    /// Queues `payload`; gives it back (still boxed, as it travelled)
+    /// when the sink has stopped.
+    pub fn send(&self, payload: Payload) -> Result<(), Box<Payload>> {
+        self.0.send(Box::new(payload)).map_err(|e| e.0)
     }
 }
 

@@ -48,6 +48,8 @@ use petrel_core::plugin::Processor;
 use petrel_core::{ComponentMetrics, EventBatch, Key, Span, Value};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
+mod flat;
+
 use super::common::{intern_data_name, static_name, BuildFnv, FieldParse, OnError, PARSER_KEYS};
 
 /// Keys accepted.
@@ -216,6 +218,43 @@ impl JsonParser {
         // sonic-rs validates the UTF-8 of the whole input before parsing
         // and rejects strings past an invalid byte, so the `&str`s it hands
         // to the visitor are valid.
+        if petrel_core::encode::is_utf8(input) {
+            let before = out.len();
+            let done = LOCAL_KEYS.with(|cache| {
+                let mut cache = cache.borrow_mut();
+                let mut ctx = Ctx {
+                    start: input.as_ptr() as usize,
+                    len: input.len(),
+                    original: input,
+                    copied: false,
+                    base,
+                    keys: &mut cache,
+                    separator: self.separator,
+                    depth: 1,
+                };
+                flat::parse(
+                    input,
+                    out,
+                    |pos, name| ctx.key_at(pos, name),
+                    |offset, s| flat::string_value(base, offset, s),
+                )
+            });
+            if done == flat::Flat::Done {
+                return Ok(());
+            }
+            out.truncate(before);
+        }
+        self.parse_sonic(input, base, out)
+    }
+
+    /// [`parse`](Self::parse) through sonic-rs alone: every input the flat
+    /// scan declines, and the reference the scan is tested against.
+    fn parse_sonic(
+        &self,
+        input: &[u8],
+        base: Option<u32>,
+        out: &mut Vec<(Key, Value)>,
+    ) -> Result<(), JsonError> {
         let mut de = sonic_rs::Deserializer::from_slice(input);
         self.parse_with(&mut de, input, None, base, out)
             .and_then(|()| de.end())
@@ -916,6 +955,88 @@ pub(crate) mod tests {
             let line = rng.mutate(seeds, b"{}[]\":,\\u0aeE.-+ \xff");
             process_lines(&p, &[&line]);
             process_lines(&q, &[&line]);
+        }
+    }
+
+    /// The flat scan gives exactly what sonic-rs gives, and declines
+    /// whatever it does not handle the same way (sonic-rs then decides).
+    #[test]
+    fn the_flat_scan_agrees_with_sonic_rs() {
+        let cases: &[&[u8]] = &[
+            br#"{"a":"x","b":1,"c":-2,"d":true,"e":false,"f":null}"#,
+            br#"  { "a" : "x" , "b" :  0 }  "#,
+            b"{\t\"a\"\r\n:\n\"x\"}\n",
+            br#"{}"#,
+            br#"{ }"#,
+            br#"{"a":"x","a":"y"}"#,
+            br#"{"message":"m","file":"f.go"}"#,
+            br#"{"a":"","b":"\u00e9","c":"\"q\"","d":"a\\b"}"#,
+            "{\"a\":\"é 中文 🙂\",\"é\":1}".as_bytes(),
+            br#"{"a":123456789012345678,"b":-123456789012345678}"#,
+            br#"{"a":1234567890123456789,"b":9223372036854775807,"c":9223372036854775808}"#,
+            br#"{"a":-9223372036854775808,"b":18446744073709551616}"#,
+            br#"{"a":0,"b":-0,"c":01,"d":-01,"e":1.5,"f":1e3,"g":1E3,"h":-}"#,
+            br#"{"a":1.0}"#,
+            br#"{"a":-0}"#,
+            br#"{"a":01}"#,
+            br#"{"a":1x}"#,
+            br#"{"a":tru}"#,
+            br#"{"a":truex}"#,
+            br#"{"a":nul}"#,
+            br#"{"a":{"b":1}}"#,
+            br#"{"a":[1,2]}"#,
+            br#"{"a":"x",}"#,
+            br#"{"a" "x"}"#,
+            br#"{"a":"x""b":1}"#,
+            br#"{"a":"x"} x"#,
+            br#"{"a":"x"}}"#,
+            br#"{"a":"unterminated}"#,
+            br#"{"a":"x"#,
+            br#"{"a":"#,
+            br#"{"a""#,
+            br#"{"a"#,
+            br#"{"#,
+            br#"{a:1}"#,
+            b"{\"a\":\"tab\there\"}",
+            b"{\"a\":\"nl\nhere\"}",
+            b"{\"a\":\"\x7f\"}",
+            b"{\"a\":\"\xff\"}",
+            b"{\"\xff\":1}",
+            b"{\"a\":\"x\"}\x00",
+            "{\"k\":\"0123456789abcdef0123456789abcdef\\\"0123456789abcdef\"}".as_bytes(),
+        ];
+        let long = format!(
+            r#"{{"time":"2025-04-03 10:02:06.561793","level":"error","pid":174578,"file":"/root/x.go","line":971,"log":"{}"}}"#,
+            "L".repeat(400)
+        );
+        let mut all: Vec<Vec<u8>> = cases.iter().map(|c| c.to_vec()).collect();
+        all.push(long.clone().into_bytes());
+        // Every prefix of a long line: cuts inside keys, values, numbers
+        // and literals, at every position of a 16-byte block.
+        for cut in 0..long.len() {
+            all.push(long.as_bytes()[..cut].to_vec());
+        }
+        // `parse` answers input that is not an object before either engine
+        // sees it.
+        all.retain(|i| i.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{'));
+        for flatten in [None, Some(".")] {
+            let p = JsonParser::new(flatten);
+            for input in &all {
+                for base in [None, Some(7)] {
+                    let mut fast = vec![("before".into(), Value::Int(1))];
+                    let mut slow = fast.clone();
+                    let a = p.parse(input, base, &mut fast);
+                    let b = p.parse_sonic(input, base, &mut slow);
+                    let shown = String::from_utf8_lossy(input);
+                    assert_eq!(a.is_ok(), b.is_ok(), "{shown}");
+                    if let (Err(a), Err(b)) = (&a, &b) {
+                        assert_eq!(a.to_string(), b.to_string(), "{shown}");
+                    }
+                    if a.is_ok() {
+                        assert_eq!(fast, slow, "{shown}");
+                    }
+                }
+            }
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use petrel_core::config::Map;
-use petrel_core::encode::{encode_batch, Encoding};
+use petrel_core::encode::Encoding;
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
 
@@ -258,9 +258,7 @@ impl FileSink {
 
 impl Sink for FileSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
-        let stats = encode_batch(&self.encoding, batch, &mut out.bytes, None);
-        super::count_encode_stats(&self.metrics, &stats);
-        out.invalid_utf8 = stats.invalid_utf8;
+        writer::encode(&self.encoding, batch, out, &self.metrics);
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use petrel_core::config::Map;
-use petrel_core::encode::{encode_batch, Encoding};
+use petrel_core::encode::Encoding;
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
 
@@ -77,9 +77,7 @@ impl Target for Stdout {
 
 impl Sink for StdoutSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
-        let stats = encode_batch(&self.encoding, batch, &mut out.bytes, None);
-        super::count_encode_stats(&self.metrics, &stats);
-        out.invalid_utf8 = stats.invalid_utf8;
+        writer::encode(&self.encoding, batch, out, &self.metrics);
     }
 
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {

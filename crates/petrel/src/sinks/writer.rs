@@ -4,8 +4,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use petrel_core::plugin::{Payload, PayloadReceiver};
-use petrel_core::ComponentMetrics;
+use petrel_core::encode::{encode_batch, Encoding};
+use petrel_core::plugin::{Encoded, Payload, PayloadReceiver};
+use petrel_core::{ComponentMetrics, EventBatch};
 
 /// Most payloads written per blocking call; bounds the latency of acks.
 const MAX_PAYLOADS_PER_WRITE: usize = 64;
@@ -33,6 +34,20 @@ pub trait Target: Write + Send + 'static {
     fn verify(&mut self) -> std::io::Result<bool> {
         Ok(true)
     }
+}
+
+/// Encodes `batch` for a sink that writes through [`run`]. Raw lines in
+/// the text encoding are the batch's read buffer itself, so the payload
+/// shares it instead of copying it: that copy was the worker's largest
+/// cost on raw-line pipelines (BENCHMARKS.md section 21).
+pub fn encode(encoding: &Encoding, batch: &EventBatch, out: &mut Encoded, m: &ComponentMetrics) {
+    if matches!(encoding, Encoding::Text) && batch.verbatim_lines {
+        out.shared = Some(batch.buf.clone());
+        return;
+    }
+    let stats = encode_batch(encoding, batch, &mut out.bytes, None);
+    super::count_encode_stats(m, &stats);
+    out.invalid_utf8 = stats.invalid_utf8;
 }
 
 /// Writes payloads until the queue closes. The writes run on tokio's
@@ -86,7 +101,7 @@ pub async fn run<T: Target>(
         }
         for p in batch.drain(..) {
             m.sent_events.inc_by(p.events);
-            m.sent_bytes.inc_by(p.data.bytes.len() as u64);
+            m.sent_bytes.inc_by(p.data.data().len() as u64);
             p.ack.ack();
         }
     }
@@ -99,7 +114,7 @@ fn write_group<T: Target>(target: &mut T, work: &[Payload], sync: bool) -> std::
     let res = (|| {
         target.begin()?;
         for p in work {
-            target.write_all(&p.data.bytes)?;
+            target.write_all(p.data.data())?;
         }
         target.flush()?;
         if sync {

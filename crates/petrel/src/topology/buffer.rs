@@ -236,7 +236,7 @@ fn write_record(p: &Payload, attachment: &[u8], out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&(attachment.len() as u32).to_le_bytes());
     out.extend_from_slice(attachment);
-    out.extend_from_slice(&p.data.bytes);
+    out.extend_from_slice(p.data.data());
 }
 
 /// A record read back.
@@ -299,6 +299,7 @@ fn read_record(mut b: &[u8], sink: &dyn Sink) -> Option<Record> {
             record_ends,
             attachment,
             invalid_utf8: 0,
+            shared: None,
         },
     })
 }
@@ -319,12 +320,12 @@ impl Ingest {
         let mut scratch = Vec::new();
         let mut last_error: Option<Instant> = None;
         while let Some(first) = rx.blocking_recv() {
-            let mut bytes = first.data.bytes.len();
+            let mut bytes = first.data.data().len();
             burst.push(first);
             while bytes < BURST_BYTES {
                 match rx.try_recv() {
                     Ok(p) => {
-                        bytes += p.data.bytes.len();
+                        bytes += p.data.data().len();
                         burst.push(p);
                     }
                     Err(_) => break,
@@ -390,7 +391,7 @@ impl Ingest {
                     return None;
                 }
                 Err(AppendError::TooLarge) => {
-                    tracing::error!(sink = %self.shared.metrics.health_key(), bytes = p.data.bytes.len(),
+                    tracing::error!(sink = %self.shared.metrics.health_key(), bytes = p.data.data().len(),
                         "a batch is larger than the disk buffer's max_size; it is dropped and counted (reason=\"too_large_for_buffer\"): raise `max_size`");
                     self.shared
                         .metrics

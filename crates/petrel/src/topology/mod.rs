@@ -390,6 +390,7 @@ impl Topology {
                 metrics: s.metrics,
                 reorder: Default::default(),
                 route: s.route,
+                out_per_in: Default::default(),
             });
         }
         let runtime = Arc::new(PipelineRuntime::new(

@@ -46,6 +46,39 @@ pub struct SinkSlot {
     pub reorder: Mutex<Reorder>,
     /// Which events it receives (`when:`).
     pub route: SinkRoute,
+    /// Encoded bytes per 1024 input bytes of its last payload, plus one
+    /// (0: none yet), to size the next payload's buffer (see `deliver`).
+    pub out_per_in: AtomicU64,
+}
+
+impl SinkSlot {
+    /// Capacity for the encoding of `view`: its input times what the last
+    /// payload's encoding gave, with a margin. Parsed events grow 2–3×
+    /// into ndjson; a buffer sized for the input was reallocated twice per
+    /// batch, each time copying everything written so far.
+    fn out_capacity(&self, view: &EventBatch) -> usize {
+        let input = view.buf.len();
+        match self.out_per_in.load(Ordering::Relaxed) {
+            // Room for the data plus framing; the Vec grows if needed.
+            0 => input + view.events.len() * 2 + 64,
+            // The last payload was the batch's buffer itself (shared).
+            1 => 0,
+            r => {
+                let want = (input as u64).saturating_mul(r - 1) / 1024;
+                // A sixteenth more, and room for sonic-rs's escaper, which
+                // asks for six times a value's length before writing it.
+                let want = want + want / 16 + 8192;
+                usize::try_from(want).unwrap_or(usize::MAX)
+            }
+        }
+    }
+
+    /// Learns the output-to-input ratio of a payload just encoded.
+    fn learn(&self, view: &EventBatch, out: &Encoded) {
+        let input = view.buf.len().max(1) as u64;
+        let r = (out.bytes.len() as u64).saturating_mul(1024) / input;
+        self.out_per_in.store(r + 1, Ordering::Relaxed);
+    }
 }
 
 /// Puts payloads back in read order: workers finish batches in any order,
@@ -482,9 +515,8 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
         };
         let events = view.events.len() as u64;
         slot.metrics.received_events.inc_by(events);
-        // Room for the data plus framing; the Vec grows if needed.
         let mut out = Encoded {
-            bytes: Vec::with_capacity(view.buf.len() + view.events.len() * 2 + 64),
+            bytes: Vec::with_capacity(slot.out_capacity(view)),
             ..Encoded::default()
         };
         let encoded = catch_unwind(AssertUnwindSafe(|| slot.sink.encode(view, &mut out)));
@@ -499,10 +531,14 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
         if out.invalid_utf8 > 0 {
             slot.metrics.error("invalid_utf8", out.invalid_utf8);
         }
-        slot.metrics.received_bytes.inc_by(out.bytes.len() as u64);
+        slot.learn(view, &out);
+        slot.metrics.received_bytes.inc_by(out.data().len() as u64);
         // The encoded copy is paid from the batch's reservation; a shortfall
-        // is charged (bounded by this batch) and learned.
-        let need = out.bytes.capacity() + out.record_ends.capacity() * 4;
+        // is charged (bounded by this batch) and learned. A shared buffer
+        // costs what a copy would: the payload keeps it alive past the
+        // batch, whose own charge ends below.
+        let shared = out.shared.as_ref().map_or(0, |b| b.len());
+        let need = out.bytes.capacity() + out.record_ends.capacity() * 4 + shared;
         needed += need;
         let mut charge = reserved.split(need);
         if charge.bytes() < need {
@@ -520,4 +556,19 @@ fn deliver(p: &PipelineRuntime, seq: u64, mut batch: EventBatch) {
     }
     p.budget.learn(batch.buf.len(), needed);
     drop(reserved);
+    if batch.verbatim_lines {
+        // Raw lines, untouched (no processor ran): each event is a span
+        // with no fields and owns nothing, so forgetting them is a
+        // complete drop, and reading 72 bytes per line again only to find
+        // that out was 3 % of the single128 → text pipeline's CPU.
+        debug_assert!(batch
+            .events
+            .iter()
+            .all(|e| e.fields.capacity() == 0 && matches!(e.message, petrel_core::Value::Span(_))));
+        // SAFETY: shrinking the length is sound; see above for why nothing
+        // is left undropped.
+        unsafe { batch.events.set_len(0) };
+    } else {
+        petrel_core::event::drop_events(&mut batch.events);
+    }
 }

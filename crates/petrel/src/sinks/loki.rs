@@ -503,7 +503,10 @@ impl LokiSink {
         let (encoder, out) = &mut *guard;
         let need = snap::raw::max_compress_len(raw.len());
         if need == 0 {
-            anyhow::bail!("a push request of {} bytes is too large to compress", raw.len());
+            anyhow::bail!(
+                "a push request of {} bytes is too large to compress",
+                raw.len()
+            );
         }
         if out.len() < need {
             out.resize(need, 0);

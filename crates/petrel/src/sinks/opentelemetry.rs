@@ -797,7 +797,11 @@ mod wire {
 
     /// The text of a text value (empty for others), invalid UTF-8
     /// replaced by U+FFFD and counted.
-    pub fn text_of<'a>(batch: &'a EventBatch, v: &'a Value, invalid_utf8: &mut u64) -> Cow<'a, str> {
+    pub fn text_of<'a>(
+        batch: &'a EventBatch,
+        v: &'a Value,
+        invalid_utf8: &mut u64,
+    ) -> Cow<'a, str> {
         match v {
             Value::Str(s) => Cow::Borrowed(s),
             Value::Span(_) => {
@@ -870,7 +874,11 @@ mod wire {
     }
 
     /// `v` as a [`Scalar`], or `None` for a list or an object.
-    pub fn scalar<'a>(batch: &'a EventBatch, v: &'a Value, invalid_utf8: &mut u64) -> Option<Scalar<'a>> {
+    pub fn scalar<'a>(
+        batch: &'a EventBatch,
+        v: &'a Value,
+        invalid_utf8: &mut u64,
+    ) -> Option<Scalar<'a>> {
         Some(match v {
             Value::Str(_) | Value::Span(_) => Scalar::Text(text_of(batch, v, invalid_utf8)),
             Value::Bytes(b) => Scalar::Bytes(b),
@@ -883,7 +891,12 @@ mod wire {
     }
 
     /// The fields of the `AnyValue` of `v` (`v` itself, typed).
-    pub fn write_any_value(out: &mut Vec<u8>, batch: &EventBatch, v: &Value, invalid_utf8: &mut u64) {
+    pub fn write_any_value(
+        out: &mut Vec<u8>,
+        batch: &EventBatch,
+        v: &Value,
+        invalid_utf8: &mut u64,
+    ) {
         match v {
             Value::Array(a) => nested(out, 5, |o| {
                 for x in a {
@@ -1739,7 +1752,18 @@ mod tests {
 
     #[test]
     fn varints_are_prosts() {
-        for v in [0, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let (mut ours, mut theirs) = (Vec::new(), Vec::new());
             wire::encode_varint(v, &mut ours);
             prost::encoding::encode_varint(v, &mut theirs);

@@ -303,6 +303,49 @@ fn a_memory_limit_full_for_moments_does_not_pause_the_partitions() {
     assert_eq!(committed(&bs, "g-tight", "tight", 3), ends(&bs, "tight", 3));
 }
 
+/// Writes `chunks` chunks of 10,000 records to `topic` at `per_sec`
+/// records a second from a thread; the count written so far is shared.
+fn write_in_chunks(
+    bs: &str,
+    topic: &'static str,
+    chunks: usize,
+    per_sec: usize,
+) -> (std::thread::JoinHandle<()>, Arc<AtomicUsize>) {
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (bs, written) = (bs.to_string(), written.clone());
+        std::thread::spawn(move || {
+            let p = producer(&bs);
+            for chunk in 0..chunks {
+                produce(
+                    &p,
+                    topic,
+                    chunk * 10_000,
+                    (chunk + 1) * 10_000,
+                    Some(per_sec),
+                );
+                written.store((chunk + 1) * 10_000, Ordering::SeqCst);
+            }
+        })
+    };
+    (writer, written)
+}
+
+/// Starts member `i` of consumer group `group` on `topic`, writing
+/// `out{i}.ndjson` in `dir`; returns the agent and that path.
+fn start_member(
+    dir: &Path,
+    bs: &str,
+    name: &str,
+    topic: &str,
+    group: &str,
+    i: usize,
+) -> (Agent, PathBuf) {
+    let out = dir.join(format!("out{i}.ndjson"));
+    let cfg = source_config(dir, name, bs, topic, group, "", &out);
+    (Agent::start(&cfg, &dir.join(format!("data{i}"))), out)
+}
+
 /// Records are taken in batches from a queue of the source's own, to which
 /// each assigned partition is forwarded; librdkafka drops that forwarding
 /// when a partition is revoked. A partition taken away by a second member
@@ -319,39 +362,9 @@ fn partitions_revoked_and_assigned_again_during_batch_consumption_are_read_on() 
     let bs = broker.bootstrap();
     create_topic(&bs, "again", PARTS);
     let dir = tempdir();
-    let written = Arc::new(AtomicUsize::new(0));
-    let writer = {
-        let (bs, written) = (bs.clone(), written.clone());
-        std::thread::spawn(move || {
-            let p = producer(&bs);
-            for chunk in 0..12 {
-                produce(
-                    &p,
-                    "again",
-                    chunk * 10_000,
-                    (chunk + 1) * 10_000,
-                    Some(20_000),
-                );
-                written.store((chunk + 1) * 10_000, Ordering::SeqCst);
-            }
-        })
-    };
-    let start = |i: usize| {
-        let out = dir.path().join(format!("out{i}.ndjson"));
-        let cfg = source_config(
-            dir.path(),
-            &format!("again{i}"),
-            &bs,
-            "again",
-            "g-again",
-            "",
-            &out,
-        );
-        (
-            Agent::start(&cfg, &dir.path().join(format!("data{i}"))),
-            out,
-        )
-    };
+    let (writer, written) = write_in_chunks(&bs, "again", 12, 20_000);
+    let start =
+        |i: usize| start_member(dir.path(), &bs, &format!("again{i}"), "again", "g-again", i);
     let (mut first, out0) = start(0);
     wait_for(
         Duration::from_secs(120),
@@ -439,39 +452,8 @@ fn a_group_of_three_loses_nothing_when_one_is_killed_and_a_fourth_joins() {
     let bs = broker.bootstrap();
     create_topic(&bs, "logs", PARTS);
     let dir = tempdir();
-    let written = Arc::new(AtomicUsize::new(0));
-    let writer = {
-        let (bs, written) = (bs.clone(), written.clone());
-        std::thread::spawn(move || {
-            let p = producer(&bs);
-            for chunk in 0..24 {
-                produce(
-                    &p,
-                    "logs",
-                    chunk * 10_000,
-                    (chunk + 1) * 10_000,
-                    Some(16_000),
-                );
-                written.store((chunk + 1) * 10_000, Ordering::SeqCst);
-            }
-        })
-    };
-    let start = |i: usize| {
-        let out = dir.path().join(format!("out{i}.ndjson"));
-        let cfg = source_config(
-            dir.path(),
-            &format!("agg{i}"),
-            &bs,
-            "logs",
-            "g-logs",
-            "",
-            &out,
-        );
-        (
-            Agent::start(&cfg, &dir.path().join(format!("data{i}"))),
-            out,
-        )
-    };
+    let (writer, written) = write_in_chunks(&bs, "logs", 24, 16_000);
+    let start = |i: usize| start_member(dir.path(), &bs, &format!("agg{i}"), "logs", "g-logs", i);
     let mut agents: Vec<(Agent, PathBuf)> = (0..3).map(start).collect();
     wait_for(Duration::from_secs(120), "a third of the stream", || {
         let n = written.load(Ordering::SeqCst);

@@ -61,7 +61,8 @@ seed parse_regex \
     $'\x03yyy\xff' $'\x06k=v z=\'q q\' y=' $'\x09word tail' $'\x0cababac'
 seed parse_json \
     $'\x09{"time":"2025-04-03 10:02:06.561793","level":"info","pid":131172,"file":"/root/x.go","line":165,"log":"ZQsC8JI2"}' \
-    $'\x03{"a":{"b":[1,2.5e3,-0,true,null,"x\\u00e9\\n"]},"a":{"c":{}}}' $'\x06{"message":"m","k":"\\"q\\""}'
+    $'\x03{"a":{"b":[1,2.5e3,-0,true,null,"x\\u00e9\\n"]},"a":{"c":{}}}' $'\x06{"message":"m","k":"\\"q\\""}' \
+    $'\x03{"a":99999999999999999999999,"b":-1234567890123456789}'
 seed container_format \
     $'\x022024-03-01T10:20:30.123456789Z stdout P part-a\n2024-03-01T10:20:30.1Z stderr F err\n2024-03-01T10:20:30.2Z stdout F end\n' \
     $'\x05{"log":"abc","stream":"stdout","time":"2024-03-01T10:20:31Z"}\n{"log":"d\\u00e9\\n","stream":"stdout","time":"2024-03-01T10:20:31Z"}\n' \

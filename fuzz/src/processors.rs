@@ -4,7 +4,7 @@
 pub mod common;
 #[path = "../../crates/petrel/src/processors/parse_delimiter.rs"]
 pub mod parse_delimiter;
-#[path = "../../crates/petrel/src/processors/parse_json.rs"]
+#[path = "../../crates/petrel/src/processors/parse_json/mod.rs"]
 pub mod parse_json;
 #[path = "../../crates/petrel/src/processors/parse_regex.rs"]
 pub mod parse_regex;

@@ -134,13 +134,14 @@ pub(super) fn parse(
                     let digits = i;
                     let mut v: i64 = 0;
                     while i < n && b[i].is_ascii_digit() {
-                        v = v * 10 + i64::from(b[i] - b'0');
-                        i += 1;
-                        // 18 digits always fit in an i64; longer numbers
-                        // (and the u64/f64 cases) are sonic-rs's.
-                        if i - digits > 18 {
+                        // 18 digits always fit in an i64; a 19th (and the
+                        // u64/f64 cases) is sonic-rs's. Checked before the
+                        // multiplication, which would overflow on it.
+                        if i - digits == 18 {
                             return Flat::Fallback;
                         }
+                        v = v * 10 + i64::from(b[i] - b'0');
+                        i += 1;
                     }
                     let count = i - digits;
                     // No digits, a leading zero ("01", and "-0", whose

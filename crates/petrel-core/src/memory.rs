@@ -313,6 +313,28 @@ impl MemoryCharge {
         }
     }
 
+    /// A further charge of `bytes` against the same budget, if both its
+    /// limits have room (see [`PipelineBudget::try_charge`]); nothing is
+    /// charged, and `Some` returned, when this charge is against no
+    /// budget.
+    pub fn try_more(&self, bytes: usize) -> Option<MemoryCharge> {
+        match &self.budget {
+            Some(b) if bytes > 0 => b.try_charge(bytes),
+            _ => Some(MemoryCharge::none()),
+        }
+    }
+
+    /// A further charge of `bytes` against the same budget, taken without
+    /// checking the limits: for memory about to be held whatever the
+    /// budget says (the only copy that lets data move on), whose excess
+    /// the caller bounds.
+    pub fn more(&self, bytes: usize) -> MemoryCharge {
+        match &self.budget {
+            Some(b) if bytes > 0 => b.charge_held(bytes),
+            _ => MemoryCharge::none(),
+        }
+    }
+
     /// Gives back all but `keep` bytes early (e.g. a read buffer that turned
     /// out shorter than reserved).
     pub fn shrink_to(&mut self, keep: usize) {

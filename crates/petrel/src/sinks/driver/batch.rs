@@ -162,6 +162,22 @@ pub(crate) struct RequestAcks {
     pub(crate) delivered: bool,
 }
 
+impl RequestAcks {
+    /// A charge of `bytes` to the memory budget of the request's first
+    /// payload (a sink's payloads all come from its pipeline): within the
+    /// budget's limits, or regardless of them when `force`.
+    pub(crate) fn charge(&self, bytes: usize, force: bool) -> Option<MemoryCharge> {
+        let Some(first) = self.acks.first() else {
+            return Some(MemoryCharge::none());
+        };
+        if force {
+            Some(first._charge.more(bytes))
+        } else {
+            first._charge.try_more(bytes)
+        }
+    }
+}
+
 impl Drop for RequestAcks {
     fn drop(&mut self) {
         if !self.delivered {

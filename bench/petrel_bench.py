@@ -34,6 +34,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 API_RE = re.compile(r"API listening on http://([0-9.]+):([0-9]+)")
 
 
+
+# What the throughput loop reads from /metrics at every poll.
+POLLED = ("petrel_component_sent_events_total", "petrel_memory_used_bytes",
+          "petrel_file_committed_offset_bytes")
+
 def emit(d):
     """Prints one JSON object. Floats are rounded to 4 decimals so that none
     is printed in exponent notation (bc, used by run.sh, cannot read 1e-05)."""
@@ -309,8 +314,12 @@ class Petrel:
     def pid(self):
         return self.proc.pid
 
-    def metrics(self):
-        """Returns {(name, frozenset(labels)): value} of the samples."""
+    def metrics(self, names=None):
+        """Returns {(name, frozenset(labels)): value} of the samples; only
+        those of the metrics in `names` when given. The throughput loop
+        polls every 10 ms, and parsing every line of /metrics took 14 % of
+        a core's samples on this 2-core machine (BENCHMARKS.md section 24):
+        CPU taken from the agent it measures."""
         for attempt in range(3):
             try:
                 self.conn.request("GET", "/metrics")
@@ -322,8 +331,11 @@ class Petrel:
                 if attempt == 2 or self.proc.poll() is not None:
                     raise
         out = {}
+        prefixes = tuple(names) if names else None
         for line in body.splitlines():
             if not line or line[0] == "#":
+                continue
+            if prefixes and not line.startswith(prefixes):
                 continue
             try:
                 key, value = line.rsplit(" ", 1)
@@ -502,7 +514,7 @@ def run_throughput(a, workdir, data_dir, cfg, read_path, size, sink_path):
     while True:
         if p.proc.poll() is not None:
             fail(f"petrel exited with status {p.proc.returncode} during the run; see {p.log_path}")
-        m = p.metrics()
+        m = p.metrics(POLLED)
         polls += 1
         events = p.total(m, "petrel_component_sent_events_total", component_kind="sink")
         mem_peak = max(mem_peak, p.total(m, "petrel_memory_used_bytes"))

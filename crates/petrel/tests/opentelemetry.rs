@@ -882,11 +882,15 @@ fn a_connection_flood_leaves_the_api_reachable_and_idle_connections_are_closed()
     let dir = tempdir();
     let (grpc, http) = (free_port(), free_port());
     let out = dir.path().join("out.ndjson");
+    // The idle timeout must outlast the flood: with 3 s, a loaded machine
+    // (the whole suite on two cores) took longer than that to open the
+    // 600 connections, the first ones were closed as idle, their
+    // descriptors took later ones in, and only 34 were refused.
     let cfg = write_config(
         dir.path(),
         "flood",
         &format!(
-            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{grpc}\n    http_address: 127.0.0.1:{http}\n    max_connections: 1000\n    idle_timeout_secs: 3\n    auth: {{ bearer_token: s3cret }}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            "sources:\n  - type: opentelemetry\n    grpc_address: 127.0.0.1:{grpc}\n    http_address: 127.0.0.1:{http}\n    max_connections: 1000\n    idle_timeout_secs: 10\n    auth: {{ bearer_token: s3cret }}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
             out.display()
         ),
     );

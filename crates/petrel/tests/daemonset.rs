@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -703,15 +703,62 @@ fn numbered(prefix: &str, n: u32, usleep: u32, file: Option<&str>) -> String {
     )
 }
 
-/// How long before a kill -9 a delivered line may still be sent again:
-/// the README's bound is what was delivered after the last checkpoint
-/// write (written every second); 2 s of slack for a loaded machine.
-const RESEND_WINDOW: Duration = Duration::from_secs(3);
+/// The lines `<prefix>-<n>` that lie wholly below the offset the agent
+/// had checkpointed for the file it read them from, read after its kill -9:
+/// the README's bound is that only what was delivered after the last
+/// checkpoint write may be sent again. `hp` maps the agent's paths (its
+/// `file` field) to the host's.
+fn checkpointed(seen: &Mutex<Vec<Received>>, prefix: &str, hp: &HostPaths) -> BTreeSet<u32> {
+    let file = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .find(|r| s(&r.event, "message").starts_with(&format!("{prefix}-")))
+        .map(|r| s(&r.event, "file").to_string())
+        .expect("a delivered line");
+    let text = std::fs::read_to_string(hp.data.join("checkpoints.json")).expect("checkpoints.json");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("checkpoints.json is JSON");
+    let offset = doc["sources"]
+        .as_object()
+        .expect("sources")
+        .values()
+        .flat_map(|entries| entries.as_array().into_iter().flatten())
+        .filter(|e| e["path"].as_str() == Some(file.as_str()))
+        .filter_map(|e| e["offset"].as_u64())
+        .max()
+        .unwrap_or(0);
+    // The container log directory is a host path of the pod; files inside
+    // containers are read through /proc/<pid>/root, the host's own /proc.
+    let on_host = match file.strip_prefix("/var/log/pods/") {
+        Some(rest) => hp.pods.join(rest),
+        None => PathBuf::from(&file),
+    };
+    let data = std::fs::read(&on_host).unwrap_or_else(|e| panic!("{}: {e}", on_host.display()));
+    let mut below = BTreeSet::new();
+    let mut end = 0u64;
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        end += line.len() as u64;
+        if end > offset {
+            break;
+        }
+        // A CRI record ("<time> stdout F <text>") or a plain line.
+        let text = String::from_utf8_lossy(line);
+        let message = text.trim_end().rsplit(' ').next().unwrap_or_default();
+        if let Some(n) = message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|n| n.parse().ok())
+        {
+            below.insert(n);
+        }
+    }
+    below
+}
 
 /// Kills the agent while `prefix` lines are being written, starts its
 /// next container a second later, and checks that every line arrives;
-/// duplicates only of lines first delivered within [`RESEND_WINDOW`]
-/// before the kill, each at most twice.
+/// duplicates only of lines past the offset checkpointed before the kill,
+/// each at most twice.
 fn kill_while_writing(
     agent: &mut AgentPod<'_>,
     lab: &Lab,
@@ -719,9 +766,11 @@ fn kill_while_writing(
     seen: &Mutex<Vec<Received>>,
     prefix: &str,
     n: u32,
+    hp: &HostPaths,
 ) {
-    // Killed once lines older than the window were delivered, so that the
-    // bound below excludes some (it would check nothing otherwise).
+    // Killed once lines were delivered for a few checkpoint writes (one a
+    // second), so that the bound below excludes some (it would check
+    // nothing otherwise; asserted below).
     wait_for(
         LONG,
         &format!("{prefix} lines delivered for a while"),
@@ -729,18 +778,14 @@ fn kill_while_writing(
             let t = tally(seen, prefix);
             let oldest = t.values().map(|v| v.1).min();
             match oldest {
-                Some(o)
-                    if t.len() >= 200 && o.elapsed() > RESEND_WINDOW + Duration::from_secs(1) =>
-                {
-                    Ok(())
-                }
+                Some(o) if t.len() >= 200 && o.elapsed() > Duration::from_secs(4) => Ok(()),
                 _ => Err(format!("{} so far", t.len())),
             }
         },
     );
     agent.kill();
-    let killed_at = Instant::now();
     let at_kill = tally(seen, prefix).len();
+    let below = checkpointed(seen, prefix, hp);
     assert!(
         at_kill < n as usize,
         "all {n} delivered before the kill: write more or slower"
@@ -759,23 +804,18 @@ fn kill_while_writing(
         .filter(|(_, (c, _))| *c > 1)
         .map(|(i, (c, _))| (*i, *c))
         .collect();
-    let before_window = t
-        .values()
-        .filter(|v| v.1 + RESEND_WINDOW < killed_at)
-        .count();
-    assert!(before_window > 0, "nothing delivered before the window");
+    assert!(!below.is_empty(), "nothing checkpointed before the kill");
     eprintln!(
-        "{prefix}: {n} lines, {at_kill} delivered before the kill -9 ({before_window} of them \
-         more than {RESEND_WINDOW:?} before it), {} delivered twice",
+        "{prefix}: {n} lines, {at_kill} delivered before the kill -9 ({} of them below the \
+         checkpointed offset), {} delivered twice",
+        below.len(),
         dups.len()
     );
     for (i, c) in &dups {
         assert_eq!(*c, 2, "{prefix}-{i} delivered {c} times");
-        let first = t[i].1;
         assert!(
-            first + RESEND_WINDOW >= killed_at,
-            "{prefix}-{i} first delivered {:?} before the kill, yet sent again",
-            killed_at.saturating_duration_since(first)
+            !below.contains(i),
+            "{prefix}-{i} lay below the checkpointed offset, yet was sent again"
         );
     }
 }
@@ -864,7 +904,7 @@ fn the_daemonset_and_its_container_files_overlay_in_a_real_containerd() {
         &[],
         &numbered("line-a", n_a, 5000, None),
     );
-    kill_while_writing(&mut agent, &lab, &writer_a, &seen, "line-a", n_a);
+    kill_while_writing(&mut agent, &lab, &writer_a, &seen, "line-a", n_a, &hp);
     assert_metadata(&seen, "line-a", "shop-web-1", "shop", "app");
     let a_before = tally(&seen, "line-a");
     agent.stop();
@@ -909,7 +949,7 @@ fn the_daemonset_and_its_container_files_overlay_in_a_real_containerd() {
         &[FILES_ANNOTATION],
         &files_script,
     );
-    kill_while_writing(&mut agent, &lab, &writer_f, &seen, "line-f", n_f);
+    kill_while_writing(&mut agent, &lab, &writer_f, &seen, "line-f", n_f, &cf_hp);
     assert_metadata(&seen, "line-f", "shop-files-1", "shop", "app");
     let files: Vec<String> = seen
         .lock()

@@ -434,7 +434,7 @@ mod tests {
         Arc::new(SharedAck {
             part: parking_lot::Mutex::new(Some(BatchAck::start(o.clone(), 0))),
             failed: Default::default(),
-            _charge: petrel_core::MemoryCharge::none(),
+            charge: petrel_core::MemoryCharge::none(),
         })
     }
 

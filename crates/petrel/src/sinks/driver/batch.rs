@@ -171,9 +171,9 @@ impl RequestAcks {
             return Some(MemoryCharge::none());
         };
         if force {
-            Some(first._charge.more(bytes))
+            Some(first.charge.more(bytes))
         } else {
-            first._charge.try_more(bytes)
+            first.charge.try_more(bytes)
         }
     }
 }
@@ -194,7 +194,9 @@ impl Drop for RequestAcks {
 pub(crate) struct SharedAck {
     pub(crate) part: parking_lot::Mutex<Option<AckPart>>,
     pub(crate) failed: AtomicBool,
-    pub(crate) _charge: MemoryCharge,
+    /// The payload's memory, held until the last request carrying its
+    /// events is answered; request bodies are charged to its budget.
+    pub(crate) charge: MemoryCharge,
 }
 
 impl Drop for SharedAck {
@@ -257,7 +259,7 @@ impl Builder {
         let shared = Arc::new(SharedAck {
             part: parking_lot::Mutex::new(Some(ack)),
             failed: AtomicBool::new(false),
-            _charge: charge,
+            charge,
         });
         self.queue.push_back((p, 0, shared));
     }

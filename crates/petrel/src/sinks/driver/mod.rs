@@ -1034,7 +1034,7 @@ mod tests {
             acks: vec![Arc::new(batch::SharedAck {
                 part: parking_lot::Mutex::new(Some(AckPart::detached())),
                 failed: AtomicBool::new(false),
-                _charge: payload,
+                charge: payload,
             })],
             delivered: true,
         };

@@ -192,7 +192,7 @@ impl S3Sink {
         let shared = Arc::new(SharedAck {
             part: parking_lot::Mutex::new(Some(ack)),
             failed: AtomicBool::new(false),
-            _charge: MemoryCharge::none(),
+            charge: MemoryCharge::none(),
         });
         for c in chunks {
             if !objects.contains_key(&c.group) {

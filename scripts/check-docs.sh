@@ -4,12 +4,14 @@
 # file that exists, a chapter that the book builds, and an anchor that
 # the built page has. mdBook 0.4 does not check links itself (that is the
 # separate mdbook-linkcheck), hence the check below.
-# mdbook is built once with `cargo install --locked` into .cache/cargo-tools
-# (git-ignored); the HTML goes to docs/book/ (git-ignored).
+# mdbook is built once with `cargo install --locked` into the test cache's
+# cargo-tools/ (scripts/lib/cache.sh), kept across clones; the HTML goes to
+# docs/book/ (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/cache.sh
 MDBOOK_VERSION=0.4.52
-tools=$PWD/.cache/cargo-tools
+tools=$PETREL_TEST_CACHE/cargo-tools
 mdbook=$tools/bin/mdbook
 if ! [[ -x $mdbook ]] || [[ $("$mdbook" --version) != "mdbook v$MDBOOK_VERSION" ]]; then
     echo "installing mdbook $MDBOOK_VERSION into $tools"
@@ -18,6 +20,9 @@ if ! [[ -x $mdbook ]] || [[ $("$mdbook" --version) != "mdbook v$MDBOOK_VERSION" 
     cargo install mdbook --locked --version "$MDBOOK_VERSION" --root "$tools"
 fi
 "$mdbook" --version
+# `check-docs.sh --tools-only`: install mdbook (scripts/test.sh does this in
+# the background while Rust compiles) and stop.
+[[ ${1:-} == --tools-only ]] && exit 0
 "$mdbook" build docs
 python3 - <<'PY'
 import os, re, sys

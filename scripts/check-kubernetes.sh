@@ -39,10 +39,13 @@
 #     accepts their args and pipelines (`petrel validate`).
 # kubeconform, kustomize and helm are built with `go install` from the Go
 # module proxy, the OpenAPI spec comes from the same proxy (`go mod download`);
-# all cached in .cache/kubernetes/ (git-ignored), so a rerun takes seconds.
+# all cached in the test cache's kubernetes-tools/ (scripts/lib/cache.sh:
+# binaries named by version, schemas stamped by the converter's hash), so a
+# rerun, from any clone, takes seconds.
 # Needs go >= 1.26 (PATH or /usr/local/go/bin), python3 with PyYAML
 # (python3-yaml, installed with apt when missing) and cargo (not used when
 # PETREL names an agent binary already built: PETREL=path/to/petrel).
+# `--tools-only` builds the tools and stops (scripts/test.sh, early).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -54,7 +57,8 @@ HELM_VERSION=v3.22.0
 # The oldest and the newest Kubernetes the manifests are meant for.
 K8S_VERSIONS=(1.30.14 1.37.2)
 
-cache=$root/.cache/kubernetes
+. "$root/scripts/lib/cache.sh"
+cache=$PETREL_TEST_CACHE/kubernetes-tools
 here=$root/scripts/check-kubernetes
 manifests=$root/deploy/kubernetes
 chart=$root/deploy/helm/petrel
@@ -82,18 +86,18 @@ if ! "$PY" -c 'import yaml' 2>/dev/null; then
     fi
 fi
 mkdir -p "$cache/bin"
-# A private Go module and build cache, removed once the tools are built
-# (about 500 MB); no toolchain download (GOTOOLCHAIN=local).
-goenv=(env GOPATH="$cache/go" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build"
+# The test cache's Go module and build caches; no toolchain download
+# (GOTOOLCHAIN=local).
+goenv=(env GOPATH="$PETREL_TEST_CACHE/go" GOMODCACHE="$PETREL_TEST_CACHE/go/mod" GOCACHE="$PETREL_TEST_CACHE/go/build"
     GOFLAGS="-modcacherw -buildvcs=false" GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0)
 go_install() { # $1 = binary name, $2 = package@version
     local bin=$cache/bin/$1-${2##*@}
     if [[ ! -x $bin ]]; then
         echo "go install $2"
-        mkdir -p "$cache/go/bin-$1"
-        "${goenv[@]}" GOBIN="$cache/go/bin-$1" "$GO" install "$2" ||
+        mkdir -p "$cache/gobin-$1"
+        "${goenv[@]}" GOBIN="$cache/gobin-$1" "$GO" install "$2" ||
             fail "go install $2"
-        mv "$cache/go/bin-$1/$1" "$bin"
+        mv "$cache/gobin-$1/$1" "$bin"
     fi
     ln -sf "$(basename "$bin")" "$cache/bin/$1"
 }
@@ -104,6 +108,11 @@ kubeconform=$cache/bin/kubeconform
 kustomize=$cache/bin/kustomize
 helm=$cache/bin/helm
 echo "kubeconform $KUBECONFORM_VERSION, kustomize $("$kustomize" version), helm $("$helm" version --template '{{ .Version }}') ($HELM_VERSION), $("$GO" version)"
+# `check-kubernetes.sh --tools-only`: build the tools (scripts/test.sh does
+# this in the background while Rust compiles) and stop.
+if [[ ${1:-} == --tools-only ]]; then
+    exit 0
+fi
 
 step "schemas from the Kubernetes OpenAPI spec (${K8S_VERSIONS[*]})"
 # Regenerated when the converter changes (its hash is in the stamp).
@@ -128,7 +137,6 @@ for v in "${K8S_VERSIONS[@]}"; do
     "$PY" "$here/openapi2jsonschema.py" "$spec" "$dir"
     echo "$conv_hash" >"$dir/.stamp"
 done
-rm -rf "$cache/go"
 
 validate() { # files...: kubeconform against every version; prints its output
     local v rc=0

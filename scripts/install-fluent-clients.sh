@@ -4,6 +4,7 @@
 # is missing (running it again changes nothing):
 #
 #   fluent-logger (PyPI)        in a private venv .cache/fluent-clients/venv
+#                               (.cache/fluent-clients: the test cache's entry)
 #                               (with its dependency msgpack, which the
 #                               tests and the benchmark also use to write
 #                               PackedForward chunks)
@@ -18,7 +19,7 @@ set -euo pipefail
 export LC_ALL=C
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIR="$ROOT/.cache/fluent-clients"
+. "$ROOT/scripts/lib/cache.sh"
 PY_PKGS=(fluent-logger==0.11.1 msgpack==1.1.2)
 NODE_PKG="@fluent-org/logger@1.0.10"
 
@@ -34,7 +35,10 @@ if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-mkdir -p "$DIR"
+# .cache/fluent-clients links to the test cache's entry (scripts/lib/cache.sh);
+# an entry of another recipe starts empty, and what is missing is installed.
+cache_begin fluent-clients 0.11.1-1.0.10 "$0" || true
+DIR=$CACHE_ENTRY
 if ! "$DIR/venv/bin/python" -c 'import fluent.sender, fluent.asyncsender, msgpack' 2>/dev/null; then
     rm -rf "$DIR/venv"
     python3 -m venv "$DIR/venv"
@@ -46,5 +50,7 @@ if [ ! -f "$DIR/node/node_modules/@fluent-org/logger/package.json" ]; then
     (cd "$DIR/node" && [ -f package.json ] || echo '{"name":"petrel-fluent-clients","private":true}' > package.json)
     (cd "$DIR/node" && npm install --silent --no-audit --no-fund "$NODE_PKG")
 fi
+cache_done
+cache_link "$ROOT" fluent-clients
 
 echo "fluent-logger $("$DIR/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("fluent-logger"))'), @fluent-org/logger $(node -p "require('$DIR/node/node_modules/@fluent-org/logger/package.json').version")"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver v1.34.4 (Apache-2.0) from the Go module proxy into
-# .cache/kube-apiserver/bin, and installs etcd (Debian's etcd-server) when
+# the test cache (scripts/lib/cache.sh), linked from .cache/kube-apiserver
+# (the tests run .cache/kube-apiserver/bin/kube-apiserver), and installs etcd (Debian's etcd-server) when
 # missing: the kubernetes_api tests run both on 127.0.0.1.
 #
 # `go install k8s.io/kubernetes/cmd/kube-apiserver@...` cannot work: the
@@ -9,14 +10,12 @@
 # carry. So the module is copied, those replace lines (and any go.work) are
 # dropped, the staging modules are required at their published v0.34.4, and
 # the server is built from the copy (about 10 minutes on 2 cores, under nice).
-# Go's module and build caches stay under .cache/go. Idempotent: skipped when
-# the binary is present.
+# Idempotent: an entry of the same version and recipe is used as it is.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/scripts/lib/cache.sh"
 k8s_version=v1.34.4
 staging_version=v0.34.4
-dir="$root/.cache/kube-apiserver"
-bin="$dir/bin/kube-apiserver"
 
 if ! command -v etcd >/dev/null 2>&1; then
     if [[ $(id -u) -ne 0 ]]; then
@@ -27,12 +26,15 @@ if ! command -v etcd >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server
 fi
 
-if [ -x "$bin" ]; then
+if cache_begin kube-apiserver "$k8s_version" "$0"; then
+    cache_link "$root" kube-apiserver
     exit 0
 fi
+dir="$CACHE_ENTRY"
+bin="$dir/bin/kube-apiserver"
 command -v go >/dev/null || { echo "kube-apiserver: go (1.24 or newer) is required" >&2; exit 1; }
-export GOPATH="$root/.cache/go" GOMODCACHE="$root/.cache/go/mod" GOCACHE="$root/.cache/go/build"
-export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+cache_go_env
+export GOTOOLCHAIN=local
 
 mod_dir="$(go mod download -json "k8s.io/kubernetes@$k8s_version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 src="$dir/src"
@@ -60,3 +62,5 @@ mv "$bin.tmp" "$bin"
 cd "$root"
 rm -rf "$src"
 "$bin" --version
+cache_done
+cache_link "$root" kube-apiserver

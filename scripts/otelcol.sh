@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Builds the OpenTelemetry Collector v0.161.0 the opentelemetry sink and
-# source tests run, with the collector's own builder (ocb), into
-# .cache/otelcol/otelcol: the otlp receiver, the batch processor, the debug,
-# otlp (gRPC), otlp_http and file exporters. Go's module and build caches
-# live in .cache/go so nothing is cached outside the repository. Idempotent:
-# a second run with the same configuration does nothing.
+# source tests run, with the collector's own builder (ocb), into the test
+# cache (scripts/lib/cache.sh), linked from .cache/otelcol: the otlp
+# receiver, the batch processor, the debug, otlp (gRPC), otlp_http and file
+# exporters. Idempotent: an entry of the same version and recipe (this
+# script, with its manifest) is used as it is.
 #
 #   scripts/otelcol.sh               build (once); prints the binary's path
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/scripts/lib/cache.sh"
 version=v0.161.0
-out="$root/.cache/otelcol"
-go_root="$root/.cache/go"
 command -v go >/dev/null || { echo "otelcol: go is required" >&2; exit 1; }
-export GOPATH="$go_root" GOMODCACHE="$go_root/pkg/mod" GOCACHE="$go_root/cache" GOFLAGS=-buildvcs=false
-mkdir -p "$out"
-manifest="$out/builder.yaml"
-cat >"$manifest.new" <<EOF
+if ! cache_begin otelcol "$version" "$0"; then
+  cache_go_env
+  out="$CACHE_ENTRY"
+  manifest="$out/builder.yaml"
+  cat >"$manifest" <<EOF2
 dist:
   name: otelcol
   description: OpenTelemetry Collector for the Petrel tests
@@ -30,19 +30,18 @@ exporters:
   - gomod: go.opentelemetry.io/collector/exporter/otlpexporter $version
   - gomod: go.opentelemetry.io/collector/exporter/otlphttpexporter $version
   - gomod: github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter $version
-EOF
-stamp="$(sha256sum <"$manifest.new" | cut -c1-16)"
-if [ ! -x "$out/otelcol" ] || [ ! -f "$out/.complete-$stamp" ]; then
-  mv "$manifest.new" "$manifest"
-  builder="$go_root/bin/builder"
-  if [ ! -x "$builder" ] || ! "$builder" version 2>/dev/null | grep -q "${version#v}"; then
-    go install "go.opentelemetry.io/collector/cmd/builder@$version"
+EOF2
+  builder="$GOPATH/bin/builder-$version"
+  if [ ! -x "$builder" ]; then
+    GOBIN="$out/tools" go install "go.opentelemetry.io/collector/cmd/builder@$version"
+    mkdir -p "$GOPATH/bin"
+    mv "$out/tools/builder" "$builder"
+    rm -rf "$out/tools"
   fi
-  rm -rf "$out/build" "$out"/.complete-*
   "$builder" --config="$manifest"
   cp "$out/build/otelcol" "$out/otelcol"
-  touch "$out/.complete-$stamp"
-else
-  rm -f "$manifest.new"
+  rm -rf "$out/build"
+  cache_done
 fi
-echo "$out/otelcol"
+cache_link "$root" otelcol
+echo "$root/.cache/otelcol/otelcol"

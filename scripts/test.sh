@@ -1,91 +1,171 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs every test: formatting, lints, unit
 # tests, and end-to-end tests against the real binary, a real Apache Kafka
-# broker (fetched from Maven Central into .cache/ by scripts/fetch-kafka.sh),
-# a real OpenSearch 2.19.6 node (built from Maven Central into .cache/ by
-# scripts/opensearch.sh), a real VictoriaLogs (go install, scripts/victorialogs.sh),
-# a real Versity S3 gateway v1.8.0 (go install, scripts/versitygw.sh),
-# a real OpenTelemetry Collector v0.161.0 (built with its builder into
-# .cache/ by scripts/otelcol.sh), a real Kubernetes API server (kube-apiserver
-# v1.34.4 built into .cache/ by scripts/kube-apiserver.sh, over Debian's etcd)
-# and real HTTP servers, util-linux logger and openssl as syslog/TLS
-# clients, a real Apache httpd driven by ab (seed 004), private containerd
-# and Docker daemons from the distribution's packages (container logs and
-# metadata, scripts/cri-lab.sh and docker-lab.sh), all on 127.0.0.1;
-# the Python producer package against a real agent, the Debian package
-# and the operations artefacts checked by their real tools, the book
-# (docs/, mdBook) built with its links checked, then every
-# fuzz target for a short bounded time (nightly toolchain and cargo-fuzz
-# installed when missing).
+# broker (Maven Central jars, scripts/fetch-kafka.sh), a real OpenSearch
+# 2.19.6 node (Maven Central jars, scripts/opensearch.sh), a real
+# VictoriaLogs (go install, scripts/victorialogs.sh), a real Versity S3
+# gateway v1.8.0 (go install, scripts/versitygw.sh), a real OpenTelemetry
+# Collector v0.161.0 (its builder, scripts/otelcol.sh), a real Kubernetes
+# API server (kube-apiserver v1.34.4, scripts/kube-apiserver.sh, over
+# Debian's etcd) and real HTTP servers, util-linux logger and openssl as
+# syslog/TLS clients, a real Apache httpd driven by ab (seed 004), private
+# containerd and Docker daemons from the distribution's packages (container
+# logs and metadata, scripts/cri-lab.sh and docker-lab.sh), all on
+# 127.0.0.1; the Python producer package against a real agent, the Debian
+# package and the operations artefacts checked by their real tools, the
+# book (docs/, mdBook) built with its links checked, then every fuzz target
+# for a short bounded time (nightly toolchain and cargo-fuzz installed when
+# missing).
+#
+# What is built once is kept outside the clone, in the test cache
+# (PETREL_TEST_CACHE, default ~/.cache/petrel-test; scripts/lib/cache.sh):
+# the servers and clients by version and recipe, Go's and Maven's
+# downloads, and the Rust target directory (CARGO_TARGET_DIR, default
+# <cache>/cargo-target). A fresh machine builds them all; a machine that
+# ran the tests before reuses them from any clone.
+#
+# The servers build in the background while the Rust workspace compiles;
+# the test binaries then run a few at a time (scripts/run-tests.py). At the
+# end: the seconds of every step, and the counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 export CARGO_TERM_COLOR=never
+. scripts/lib/cache.sh
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PETREL_TEST_CACHE/cargo-target}
+mkdir -p "$CARGO_TARGET_DIR"
 # The tests, and the scripts after them, run the `ci` profile's build
 # (release without link-time optimisation, Cargo.toml): one build of the
 # agent for every step.
 export PETREL_PROFILE=ci
-petrel_bin="${CARGO_TARGET_DIR:-$PWD/target}/ci/petrel"
-echo "== install the test clients (logger, openssl)"
-./scripts/install-test-tools.sh
-echo "== install apache2, ab, loggen, rsyslog (the seed-004 test and the syslog benchmarks)"
-./scripts/install-syslog-tools.sh
-./scripts/install-journal-tools.sh
-echo "== containerd, runc, umoci and Docker from the distribution, local busybox and pause images (container tests, scripts/image.sh)"
-./scripts/cri-lab.sh setup
-./scripts/docker-lab.sh setup
-echo "== fetch the Kafka broker used by the tests"
-./scripts/fetch-kafka.sh
-echo "== build the OpenSearch node used by the elasticsearch sink tests (Java 17, Maven)"
-# OpenSearch 2.19 runs on Java 17 (nothing newer is taken).
+petrel_bin="$CARGO_TARGET_DIR/ci/petrel"
+
+# ---- timing: every step's seconds, printed at the end (and on failure)
+t_start=$SECONDS
+timings=$(mktemp)
+bglog=$(mktemp -d)
+print_timings() {
+    local rc=$?
+    echo
+    echo "== seconds per step (scripts/test.sh, $((SECONDS - t_start)) s in all)"
+    awk '{ printf "%8d  %s\n", $1, substr($0, index($0, $2)) }' "$timings" | sort -s -k1,1 -n -r || true
+    # The closing line: the test counts (scripts/run-tests.py's), or why
+    # there are none.
+    if grep -q '^test result:' "$bglog/tests.log" 2>/dev/null; then
+        grep '^test result:' "$bglog/tests.log" | tail -1
+        if [[ $rc -ne 0 ]]; then
+            echo "scripts/test.sh FAILED after the tests (exit $rc): see the step above the timings"
+        fi
+    elif [[ $rc -ne 0 ]]; then
+        echo "test result: FAILED before the tests ran (exit $rc): see the step above the timings"
+    fi
+    rm -rf "$timings" "$bglog"
+    return $rc
+}
+trap print_timings EXIT
+# step NAME CMD...: runs CMD in the foreground and records its seconds.
+step() {
+    local name=$1 t0=$SECONDS
+    shift
+    echo "== $name"
+    "$@"
+    echo "$((SECONDS - t0)) $name" >>"$timings"
+}
+
+# ---- 1. packages from the distribution (one dpkg at a time)
+step "install the test clients (logger, openssl, tmux)" ./scripts/install-test-tools.sh
+step "install apache2, ab, loggen, rsyslog (seed-004 test, syslog sink)" ./scripts/install-syslog-tools.sh
+step "install systemd-journal-remote, journalctl" ./scripts/install-journal-tools.sh
+step "containerd, runc, umoci, local busybox and pause images" ./scripts/cri-lab.sh setup
+step "Docker from the distribution" ./scripts/docker-lab.sh setup
 need=()
+# OpenSearch 2.19 runs on Java 17 (nothing newer is taken).
 java -version 2>&1 | grep -q 'version "17' || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+# What the packaging and manifest checks use, installed now, with the
+# rest, rather than one apt run at a time later.
+command -v lintian >/dev/null 2>&1 || need+=(lintian)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+python3 -c 'import yaml' 2>/dev/null || /usr/bin/python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 if ((${#need[@]})); then
     if [[ $(id -u) -ne 0 ]]; then
-        echo "the elasticsearch sink tests need ${need[*]}; run as root or install them" >&2
+        echo "the tests need ${need[*]}; run as root or install them" >&2
         exit 1
     fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-./scripts/opensearch.sh
-echo "== build VictoriaLogs v1.52.1 with go install (loki sink tests)"
-if ! command -v go >/dev/null 2>&1; then
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "the loki sink tests need Go (golang-go); run as root or install it" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go
+
+# ---- 2. servers and clients, in the background, while Rust compiles.
+# Each is a cache entry: on a warm machine these take seconds. Run at a
+# lower priority so the Rust build, the longer path, keeps its pace.
+# The tools of the checks after the tests (mdbook, cargo-deb, the nightly
+# toolchain with cargo-fuzz, kubeconform/kustomize/helm) build here too.
+servers() {
+    local s t0
+    for s in fetch-kafka opensearch victorialogs versitygw kube-apiserver otelcol \
+        install-hec-clients install-fluent-clients install-beats-clients \
+        "check-docs --tools-only" "check-kubernetes --tools-only" cargo-deb cargo-fuzz; do
+        t0=$SECONDS
+        echo "== $s"
+        case $s in
+        cargo-deb)
+            cargo deb --version >/dev/null 2>&1 || nice -n 5 cargo install cargo-deb --locked
+            ;;
+        cargo-fuzz)
+            rustup toolchain list | grep -q '^nightly' ||
+                rustup toolchain install nightly --profile minimal
+            cargo +nightly fuzz --version >/dev/null 2>&1 || nice -n 5 cargo install cargo-fuzz --locked
+            ;;
+        *)
+            local script=${s%% *} args=()
+            [[ $s == *" "* ]] && args=("${s#* }")
+            if ! nice -n 5 "./scripts/$script.sh" "${args[@]}"; then
+                echo "scripts/$s FAILED" >&2
+                return 1
+            fi
+            ;;
+        esac
+        echo "$((SECONDS - t0)) background: $s" >>"$timings"
+    done
+}
+servers >"$bglog/servers.log" 2>&1 &
+servers_pid=$!
+echo "== servers and clients build in the background (their output follows once the Rust build is done)"
+
+# ---- 3. Rust: format, lints, the test build
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test --no-run (the ci profile's test binaries)" \
+    cargo test --workspace --profile ci --locked --no-run
+step "the agent binary (ci profile)" cargo build --profile ci --locked -p petrel --bin petrel
+
+t0=$SECONDS
+echo "== waiting for the servers and clients"
+if ! wait "$servers_pid"; then
+    cat "$bglog/servers.log"
+    echo "building the test servers failed (above)" >&2
+    exit 1
 fi
-./scripts/victorialogs.sh
-echo "== build versitygw v1.8.0 with go install (s3 sink tests)"
-./scripts/versitygw.sh
-echo "== build kube-apiserver v1.34.4 from the Go module proxy, etcd from Debian (kubernetes_api tests)"
-./scripts/kube-apiserver.sh
-echo "== build the OpenTelemetry Collector v0.161.0 used by the opentelemetry sink and source tests (Go)"
-./scripts/otelcol.sh
-./scripts/install-hec-clients.sh  # splunk-logging (npm) for the splunk_hec source tests
-echo "== the Forward protocol clients of the fluent source tests (fluent-logger from PyPI, @fluent-org/logger from npm)"
-./scripts/install-fluent-clients.sh
-echo "== go-lumber's tst-send, the Lumberjack v2 client of the beats source tests (go install)"
-./scripts/install-beats-clients.sh
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
-cargo test --workspace --profile ci --locked
-echo "== the Python producer package (maturin + pytest in a private venv)"
-PETREL_TEST_BIN="$petrel_bin" ./scripts/test-python-producer.sh
-echo "== packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard"
-./scripts/check-packaging.sh
-echo "== the book: mdbook build docs (mdbook installed into .cache/cargo-tools), its links"
-./scripts/check-docs.sh
-echo "== Kubernetes manifests: kubeconform, kustomize, the pod's security settings, petrel validate"
-PETREL="$petrel_bin" ./scripts/check-kubernetes.sh
-echo "== fuzz every target briefly (scripts/fuzz.sh)"
-if ! rustup toolchain list | grep -q '^nightly'; then
-    rustup toolchain install nightly --profile minimal
-fi
-FUZZ_SECONDS=${FUZZ_SECONDS:-20} FUZZ_SANITIZER=${FUZZ_SANITIZER:-none} ./scripts/fuzz.sh
+cat "$bglog/servers.log"
+echo "$((SECONDS - t0)) waiting for the background builds after the Rust build" >>"$timings"
+
+# ---- 4. the tests, a few suites at a time
+step "cargo test (scripts/run-tests.py: suites in lanes)" \
+    bash -c 'set -o pipefail; python3 scripts/run-tests.py --profile ci | tee "$1"' _ "$bglog/tests.log"
+step "the Python producer package (maturin + pytest in a private venv)" \
+    env PETREL_TEST_BIN="$petrel_bin" ./scripts/test-python-producer.sh
+step "packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard" \
+    ./scripts/check-packaging.sh
+step "the book: mdbook build docs, its links" ./scripts/check-docs.sh
+step "Kubernetes manifests: kubeconform, kustomize, helm, petrel validate" \
+    env PETREL="$petrel_bin" ./scripts/check-kubernetes.sh
+# The fuzz crates build with nightly and their own flags: a target
+# directory of their own in the cache.
+step "fuzz every target briefly (scripts/fuzz.sh)" \
+    env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" \
+    CARGO_TARGET_DIR="$PETREL_TEST_CACHE/cargo-target-fuzz" ./scripts/fuzz.sh
+echo "== every step passed"

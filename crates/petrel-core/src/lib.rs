@@ -11,6 +11,7 @@ pub mod config;
 pub mod encode;
 pub mod event;
 pub mod health;
+pub mod json;
 pub mod memory;
 pub mod metrics;
 pub mod plugin;
@@ -22,4 +23,6 @@ pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};
 pub use event::{Event, EventBatch, Key, Origin, Rerouted, SourceInfo, Span, Value};
 pub use memory::{MemoryBudget, MemoryCharge, PipelineBudget};
-pub use metrics::{BufferGauges, ComponentMetrics, DeliveryMetrics, LazyCounter, Metrics};
+pub use metrics::{
+    BufferGauges, ComponentMetrics, DamageReporter, DeliveryMetrics, LazyCounter, Metrics,
+};

@@ -291,6 +291,13 @@ impl MemoryCharge {
         self.bytes
     }
 
+    /// The limit of the pipeline budget this charge is against (`None`
+    /// for a charge against nothing): what a processor sizes its own
+    /// limits from.
+    pub fn budget_limit(&self) -> Option<usize> {
+        self.budget.as_ref().map(|b| b.limit())
+    }
+
     /// Adds `other`'s bytes to this charge (both must come from the same
     /// budget, or `self` must be empty).
     pub fn merge(&mut self, mut other: MemoryCharge) {

@@ -94,6 +94,9 @@ pub struct Metrics {
     buffer_bytes: Family<ComponentLabels, Gauge>,
     buffer_max_bytes: Family<ComponentLabels, Gauge>,
     buffer_oldest_seconds: Family<ComponentLabels, Gauge>,
+    /// Damage found in a disk buffer or spool: records and bytes skipped.
+    buffer_damaged_records: Family<ComponentLabels, Counter>,
+    buffer_damaged_bytes: Family<ComponentLabels, Counter>,
     /// Checkpoint file writes.
     pub checkpoint_writes: Counter,
     /// Checkpoint writes that failed (the previous checkpoint stays).
@@ -337,6 +340,8 @@ impl Metrics {
             buffer_bytes: Family::default(),
             buffer_max_bytes: Family::default(),
             buffer_oldest_seconds: Family::default(),
+            buffer_damaged_records: Family::default(),
+            buffer_damaged_bytes: Family::default(),
             checkpoint_writes: Counter::default(),
             checkpoint_errors: Counter::default(),
             config_reloads: Family::default(),
@@ -439,6 +444,16 @@ impl Metrics {
             "component_buffer_oldest_seconds",
             "Age of the oldest undelivered data a sink's disk buffer has handed to the sink (0 when it has none in flight)",
             m.buffer_oldest_seconds.clone(),
+        );
+        r.register(
+            "component_buffer_damaged_records",
+            "Damaged places found in a sink's disk buffer or a source's spool (a record with a wrong length or checksum, a segment ending inside a record, a damaged read position): skipped, logged with the file and offset",
+            m.buffer_damaged_records.clone(),
+        );
+        r.register(
+            "component_buffer_damaged_bytes",
+            "Bytes skipped as damaged in a sink's disk buffer or a source's spool",
+            m.buffer_damaged_bytes.clone(),
         );
         r.register(
             "checkpoint_writes",
@@ -685,6 +700,19 @@ impl ComponentMetrics {
         }
     }
 
+    /// The reporter of damage found in this component's disk buffer or
+    /// spool.
+    pub fn damage_reporter(&self) -> DamageReporter {
+        let m = &self.metrics;
+        DamageReporter {
+            records: m.buffer_damaged_records.get_or_create(&self.labels).clone(),
+            bytes: m.buffer_damaged_bytes.get_or_create(&self.labels).clone(),
+            health: self.metrics.health.clone(),
+            key: format!("{}/damage", self.health_key),
+            last: None,
+        }
+    }
+
     /// The process-wide health register (to report this component).
     pub fn health(&self) -> &Health {
         &self.metrics.health
@@ -832,6 +860,63 @@ pub fn read_proc_self() -> Option<(f64, u64)> {
     let rss_pages: u64 = f.get(21)?.parse().ok()?;
     // Linux reports USER_HZ = 100 and 4 KiB pages on every platform we target.
     Some(((utime + stime) / 100.0, rss_pages * 4096))
+}
+
+/// How long `/health` says a component is degraded after the last damage
+/// found in its disk buffer or spool.
+pub const DAMAGE_HEALTH: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Reports damage found in a component's disk buffer or spool: every
+/// damaged place is logged (the file, the offset, what it is), counted in
+/// `petrel_component_buffer_damaged_{records,bytes}_total`, and the
+/// component is degraded in `/health` for [`DAMAGE_HEALTH`] after the
+/// last one. Damage is never silent.
+pub struct DamageReporter {
+    records: Counter,
+    bytes: Counter,
+    health: Arc<Health>,
+    key: String,
+    last: Option<std::time::Instant>,
+}
+
+impl DamageReporter {
+    /// One damaged place: `bytes` skipped at `offset` of `path`
+    /// (`records` damaged records; 0 for a damaged read position).
+    pub fn report(
+        &mut self,
+        path: &std::path::Path,
+        offset: u64,
+        bytes: u64,
+        records: u64,
+        what: &str,
+    ) {
+        tracing::error!(
+            file = %path.display(),
+            offset,
+            bytes,
+            component = %self.key.trim_end_matches("/damage"),
+            "disk buffer damage: {what}"
+        );
+        self.records.inc_by(records);
+        self.bytes.inc_by(bytes);
+        self.health.degraded(
+            &self.key,
+            format!(
+                "damage in its disk buffer ({} at offset {offset}: {what}); see petrel_component_buffer_damaged_records_total",
+                path.display()
+            ),
+        );
+        self.last = Some(std::time::Instant::now());
+    }
+
+    /// Clears the degraded state once [`DAMAGE_HEALTH`] passed without
+    /// new damage.
+    pub fn tick(&mut self) {
+        if self.last.is_some_and(|t| t.elapsed() >= DAMAGE_HEALTH) {
+            self.last = None;
+            self.health.recovered(&self.key);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -24,8 +24,8 @@
 use std::io::Write as _;
 
 use crate::config::Node;
-use crate::encode::{write_json_bytes, write_json_value, EncodeStats};
 use crate::event::{Event, EventBatch, Value};
+use crate::json::{write_json_bytes, write_json_value, EncodeStats};
 use petrel_time::{TimeFormatter, TimeZone, TimestampFormat};
 
 /// What a field is passed through before it is written.

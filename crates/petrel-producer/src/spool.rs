@@ -29,6 +29,7 @@ impl Spool {
             WriterOptions {
                 segment_bytes: (max_bytes / 8).clamp(1 << 20, 64 << 20),
                 max_bytes,
+                allow_oversized: false,
             },
         )?;
         Ok(Self {

@@ -28,24 +28,120 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 /// a disk that keeps damaging data cannot fill up with them.
 const QUARANTINE_KEEP: usize = 8;
 
-/// The committed positions in `dir`'s state file (segment → offset).
-pub(crate) fn read_state(dir: &Path) -> io::Result<BTreeMap<u64, u64>> {
+/// The committed positions in `dir`'s state file (segment → offset), and
+/// what was wrong with the file: a line that is not `<16 hex digits>
+/// <offset>` (garbage, a torn write by another tool) is skipped and
+/// described, never a reason to refuse the spool.
+pub(crate) fn read_state(dir: &Path) -> io::Result<(BTreeMap<u64, u64>, Vec<String>)> {
     let mut committed = BTreeMap::new();
-    match std::fs::read_to_string(dir.join(STATE_FILE)) {
-        Ok(text) => {
-            for line in text.lines() {
-                let mut it = line.split_whitespace();
-                if let (Some(seq), Some(off)) = (it.next(), it.next()) {
-                    if let (Ok(seq), Ok(off)) = (u64::from_str_radix(seq, 16), off.parse()) {
+    let mut problems = Vec::new();
+    let path = dir.join(STATE_FILE);
+    match std::fs::read(&path) {
+        Ok(raw) => {
+            let mut bad = 0usize;
+            let mut first_bad = None;
+            for (no, line) in raw.split(|&b| b == b'\n').enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                let parsed = std::str::from_utf8(line).ok().and_then(|l| {
+                    let mut it = l.split_whitespace();
+                    let seq = u64::from_str_radix(it.next()?, 16).ok()?;
+                    let off: u64 = it.next()?.parse().ok()?;
+                    it.next().is_none().then_some((seq, off))
+                });
+                match parsed {
+                    Some((seq, off)) => {
                         committed.insert(seq, off);
                     }
+                    None => {
+                        bad += 1;
+                        first_bad.get_or_insert(no + 1);
+                    }
                 }
+            }
+            if bad > 0 {
+                problems.push(format!(
+                    "{}: {bad} unreadable line(s), the first at line {}: their segments are read again from their start",
+                    path.display(),
+                    first_bad.unwrap_or(0)
+                ));
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    Ok(committed)
+    Ok((committed, problems))
+}
+
+/// Keeps the committed positions the segments prove: a position past its
+/// segment's end, or one where no valid record begins (a damaged state
+/// file), is replaced by the segment's start, so its records are read
+/// again (duplicates, never a loss), and described in `damage`.
+/// Positions of segments that are gone are dropped.
+fn prove_committed(
+    dir: &Path,
+    committed: BTreeMap<u64, u64>,
+    damage: &mut Vec<Damage>,
+) -> io::Result<BTreeMap<u64, u64>> {
+    let mut proven = BTreeMap::new();
+    for (seq, off) in committed {
+        let path = dir.join(segment_name(seq));
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let len = file.metadata()?.len();
+        let problem = if off > len {
+            Some(format!(
+                "the read position {off} is past the segment's end ({len} bytes)"
+            ))
+        } else if off < len && !record_starts_at(&file, off, len)? {
+            Some(format!("no valid record begins at the read position {off}"))
+        } else {
+            None
+        };
+        match problem {
+            None => {
+                proven.insert(seq, off);
+            }
+            Some(p) => damage.push(Damage {
+                path: dir.join(STATE_FILE),
+                offset: off,
+                bytes: 0,
+                records: 0,
+                what: format!(
+                    "{p} of {}: the state file is damaged; the segment is read again from its start (records already delivered may be sent twice)",
+                    path.display()
+                ),
+            }),
+        }
+    }
+    Ok(proven)
+}
+
+/// Whether a record can begin at `off` of a segment of `len` bytes: a
+/// header with a possible length whose payload, when the file holds all
+/// of it, matches its checksum. An incomplete record counts as possible:
+/// a live writer may be completing it, or a crash tore it (judged when
+/// it is read).
+fn record_starts_at(file: &File, off: u64, len: u64) -> io::Result<bool> {
+    let mut h = [0u8; RECORD_HEADER];
+    if read_full_at(file, &mut h, off)? < RECORD_HEADER {
+        return Ok(true);
+    }
+    let rlen = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as u64;
+    if rlen == 0 || rlen > MAX_RECORD as u64 {
+        return Ok(false);
+    }
+    if off + RECORD_HEADER as u64 + rlen > len {
+        return Ok(true);
+    }
+    let mut payload = vec![0u8; rlen as usize];
+    let n = read_full_at(file, &mut payload, off + RECORD_HEADER as u64)?;
+    let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+    Ok(n == payload.len() && crc32c::crc32c(&payload) == crc)
 }
 
 /// The state file is rewritten at most this often (each write syncs).
@@ -70,6 +166,23 @@ pub struct Chunk {
     pub records: Vec<Range<usize>>,
 }
 
+/// Damage a reader found, for its caller to log and count: the spool
+/// itself only skips it and keeps what follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The segment file (or the state file).
+    pub path: PathBuf,
+    /// Where in the file the damage begins.
+    pub offset: u64,
+    /// Bytes skipped (0 for a state file problem).
+    pub bytes: u64,
+    /// Damaged places: each a record whose length or checksum was wrong,
+    /// or an incomplete record at a segment's end.
+    pub records: u64,
+    /// What it is, in words an operator can act on.
+    pub what: String,
+}
+
 #[derive(Debug)]
 struct Segment {
     file: File,
@@ -77,7 +190,9 @@ struct Segment {
     read_off: u64,
     /// Everything before this was delivered.
     committed: u64,
-    /// Chunks handed out and not yet committed: start → (end, delivered).
+    /// Records handed out and not yet committed: start → (end,
+    /// delivered). Per record, not per chunk, so that a delivered record
+    /// is committed without waiting for the rest of its chunk.
     pending: BTreeMap<u64, (u64, bool)>,
     /// No writer holds the segment any more; `end` is where its good
     /// records end.
@@ -99,6 +214,8 @@ pub struct Reader {
     corrupt_bytes: u64,
     damaged_records: u64,
     quarantined: u64,
+    /// Damage found and not yet taken by [`Reader::take_damage`].
+    damage: Vec<Damage>,
 }
 
 impl Reader {
@@ -120,7 +237,18 @@ impl Reader {
                 ),
             ));
         }
-        let committed = read_state(dir)?;
+        let (committed, problems) = read_state(dir)?;
+        let mut damage: Vec<Damage> = problems
+            .into_iter()
+            .map(|what| Damage {
+                path: dir.join(STATE_FILE),
+                offset: 0,
+                bytes: 0,
+                records: 0,
+                what,
+            })
+            .collect();
+        let committed = prove_committed(dir, committed, &mut damage)?;
         let identity = match load_or_create_identity(dir) {
             Ok(id) => Some(id),
             Err(e) => {
@@ -141,8 +269,12 @@ impl Reader {
             corrupt_bytes: 0,
             damaged_records: 0,
             quarantined: 0,
+            damage,
         };
         reader.list(&committed)?;
+        // A position that was replaced is written back at once, so a
+        // restart does not report it again.
+        reader.state_dirty = !reader.damage.is_empty();
         Ok(reader)
     }
 
@@ -167,6 +299,33 @@ impl Reader {
     /// Damaged segments moved to [`QUARANTINE_DIR`] since opening.
     pub fn quarantined_segments(&self) -> u64 {
         self.quarantined
+    }
+
+    /// The damage found since the last call (a damaged record, a torn or
+    /// truncated segment end, a state file that was garbage or named a
+    /// position the segments do not hold), oldest first.
+    pub fn take_damage(&mut self) -> Vec<Damage> {
+        std::mem::take(&mut self.damage)
+    }
+
+    /// Looks for segments created since the last listing (at most every
+    /// 50 ms), so that [`Reader::backlog_bytes`] counts them before they
+    /// are read.
+    pub fn refresh(&mut self) -> io::Result<()> {
+        if self.last_list.is_none_or(|t| t.elapsed() >= LIST_INTERVAL) {
+            self.list(&BTreeMap::new())?;
+        }
+        Ok(())
+    }
+
+    fn report(&mut self, seq: u64, offset: u64, bytes: u64, records: u64, what: String) {
+        self.damage.push(Damage {
+            path: self.dir.join(segment_name(seq)),
+            offset,
+            bytes,
+            records,
+            what,
+        });
     }
 
     /// The spool directory's identity (`spool.id`, made on first open):
@@ -270,7 +429,12 @@ impl Reader {
                 let start = seg.read_off;
                 let end = start + used as u64;
                 seg.read_off = end;
-                seg.pending.insert(start, (end, false));
+                for r in &records {
+                    seg.pending.insert(
+                        start + (r.start - RECORD_HEADER) as u64,
+                        (start + r.end as u64, false),
+                    );
+                }
                 buf.truncate(used);
                 return Ok(Some(Chunk {
                     segment: seq,
@@ -313,17 +477,32 @@ impl Reader {
                                     seg.committed = next;
                                     self.state_dirty = true;
                                 }
+                                self.report(
+                                    seq,
+                                    from,
+                                    next - from,
+                                    1,
+                                    "a damaged record (wrong length or checksum) was skipped; reading goes on at the next valid record".into(),
+                                );
                                 return self.read_segment(seq, max_bytes);
                             }
                             None => {
                                 // A torn tail (a crash mid-write) or damage
                                 // with nothing valid after it.
+                                let bytes = len.saturating_sub(from);
                                 if matches!(problem, Scan::Corrupt) {
-                                    self.damaged_records += 1;
                                     seg.damaged = true;
                                 }
-                                self.corrupt_bytes += len.saturating_sub(from);
+                                self.damaged_records += 1;
+                                self.corrupt_bytes += bytes;
                                 seg.end = Some(from);
+                                let what = if matches!(problem, Scan::Corrupt) {
+                                    "damaged bytes with no valid record after them were skipped"
+                                        .to_string()
+                                } else {
+                                    "the segment ends inside a record: a crash in the middle of a write (that record was never acknowledged) or a truncated file (its data is lost)".to_string()
+                                };
+                                self.report(seq, from, bytes, 1, what);
                             }
                         }
                     }
@@ -340,8 +519,10 @@ impl Reader {
         let Some(seg) = self.segments.get_mut(&segment) else {
             return;
         };
-        if let Some(p) = seg.pending.get_mut(&start) {
-            if p.0 == end {
+        // A chunk's range covers its records' entries; one record's
+        // range covers just its own.
+        for (_, p) in seg.pending.range_mut(start..end) {
+            if p.0 <= end {
                 p.1 = true;
             }
         }
@@ -409,6 +590,38 @@ impl Reader {
         File::open(&self.dir)?.sync_all()
     }
 
+    /// Calls `f` with the first `prefix` bytes (fewer for a shorter
+    /// record) of every record not yet read, oldest first: to count what
+    /// a spool holds at start (its events, say) without reading it all.
+    /// A segment is walked up to its first record that is not whole and
+    /// valid in length; the checksum is not checked (reading does that).
+    pub fn for_each_unread_prefix(
+        &self,
+        prefix: usize,
+        mut f: impl FnMut(&[u8]),
+    ) -> io::Result<()> {
+        let mut buf = vec![0u8; RECORD_HEADER + prefix];
+        for seg in self.segments.values() {
+            let len = seg.file.metadata()?.len();
+            let mut off = seg.read_off;
+            while off + RECORD_HEADER as u64 <= len {
+                let n = read_full_at(&seg.file, &mut buf, off)?;
+                if n < RECORD_HEADER {
+                    break;
+                }
+                let rlen = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as u64;
+                if rlen == 0 || rlen > MAX_RECORD as u64 || off + RECORD_HEADER as u64 + rlen > len
+                {
+                    break;
+                }
+                let have = (n - RECORD_HEADER).min(rlen as usize);
+                f(&buf[RECORD_HEADER..RECORD_HEADER + have]);
+                off += RECORD_HEADER as u64 + rlen;
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes read but not yet committed.
     pub fn uncommitted_bytes(&self) -> u64 {
         self.segments
@@ -460,7 +673,10 @@ fn scan(buf: &[u8]) -> (Vec<Range<usize>>, usize, Scan) {
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        if len > MAX_RECORD {
+        // Writers never append an empty record, and eight zero bytes (a
+        // hole left by a failed write, a zero-filled tail after a crash)
+        // would pass as one: the checksum of nothing is 0.
+        if len == 0 || len > MAX_RECORD {
             return (records, p, Scan::Corrupt);
         }
         let total = RECORD_HEADER + len;
@@ -571,7 +787,7 @@ fn read_full_at_uninit(
     Ok(())
 }
 
-fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match file.read_at(&mut buf[n..], off) {

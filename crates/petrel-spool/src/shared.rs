@@ -188,9 +188,19 @@ impl Inner {
                 s.appended
             };
             last_sync = Instant::now();
-            let result = self.writer.lock().flush_for_sync().and_then(|f| match f {
+            let flushed = self.writer.lock().flush_for_sync();
+            let result = flushed.and_then(|f| match f {
                 // The sync runs without the writer's lock: appends go on.
-                Some(f) => f.sync_data(),
+                Some((f, seq, len)) => match f.sync_data() {
+                    Ok(()) => {
+                        self.writer.lock().synced(seq, len);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.writer.lock().sync_failed(seq, len);
+                        Err(e)
+                    }
+                },
                 None => Ok(()),
             });
             match result {

@@ -8,6 +8,7 @@ fn opts(segment_bytes: u64, max_bytes: u64) -> WriterOptions {
     WriterOptions {
         segment_bytes,
         max_bytes,
+        allow_oversized: false,
     }
 }
 
@@ -413,23 +414,208 @@ fn a_record_larger_than_the_read_size_is_read_whole() {
 }
 
 #[test]
-fn a_segment_shorter_than_its_committed_offset_is_finished_not_read_forever() {
+fn a_committed_offset_past_the_end_is_reported_and_the_segment_read_again() {
     let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(200);
     {
         let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
-        w.append(b"only").unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
     }
     let (seq, len) = list_segments(dir.path()).unwrap()[0];
-    // The state says more was committed than the file holds (its tail
-    // was lost by a system crash after delivery).
+    // A damaged state file (or a segment whose tail a system crash lost
+    // after delivery): the position names more than the file holds.
+    // Skipping the segment would lose it silently; reading it again can
+    // only duplicate.
     std::fs::write(
         dir.path().join("reader.state"),
         format!("{seq:016x} {}\n", len + 100),
     )
     .unwrap();
     let mut r = Reader::open(dir.path()).unwrap();
-    assert!(drain(&mut r, true).is_empty());
+    let damage = r.take_damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert!(
+        damage[0].what.contains("past the segment's end"),
+        "{damage:?}"
+    );
+    assert_eq!(drain(&mut r, true), recs);
     r.maintain(true).unwrap();
     assert!(list_segments(dir.path()).unwrap().is_empty());
+    // Reported once: the replaced position was written back.
+    drop(r);
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert!(r.take_damage().is_empty());
+}
+
+#[test]
+fn a_garbage_state_file_is_reported_and_every_segment_read_from_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(500);
+    {
+        let mut w = Writer::open(dir.path(), opts(4 << 10, 1 << 30)).unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
+    }
+    let mut junk = vec![0xffu8, 0xfe, b'\n', b'x'];
+    junk.extend((0..3000u32).map(|i| (i * 7919 % 251) as u8));
+    std::fs::write(dir.path().join("reader.state"), &junk).unwrap();
+    // Neither the writer nor the reader refuses the directory.
+    let w = Writer::open(dir.path(), opts(4 << 10, 1 << 30)).unwrap();
+    drop(w);
+    let mut r = Reader::open(dir.path()).unwrap();
+    let damage = r.take_damage();
+    assert!(!damage.is_empty());
+    assert!(damage[0].what.contains("unreadable line"), "{damage:?}");
+    assert_eq!(drain(&mut r, true), recs);
+}
+
+#[test]
+fn a_committed_offset_inside_a_record_is_replaced_by_the_segment_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(100);
+    let (path, off) = one_segment(dir.path(), &recs, 40);
+    let seq = list_segments(dir.path()).unwrap()[0].0;
+    std::fs::write(
+        dir.path().join("reader.state"),
+        format!("{seq:016x} {}\n", off + 3),
+    )
+    .unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    let damage = r.take_damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert!(damage[0].what.contains(&path.display().to_string()));
+    assert_eq!(drain(&mut r, true), recs);
+    // A good position is kept as it is.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, off) = one_segment(dir.path(), &recs, 40);
+    let seq = list_segments(dir.path()).unwrap()[0].0;
+    std::fs::write(
+        dir.path().join("reader.state"),
+        format!("{seq:016x} {off}\n"),
+    )
+    .unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert!(r.take_damage().is_empty());
+    assert_eq!(drain(&mut r, true), recs[40..].to_vec());
+}
+
+#[test]
+fn zeros_in_a_segment_are_damage_never_empty_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(300);
+    let (path, off) = one_segment(dir.path(), &recs, 100);
+    // A hole of zeros where records 100.. were (what an old writer left
+    // after a failed write), with the records after it intact.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let hole = RECORD_HEADER * 6 + recs[100].len() + recs[101].len();
+    for b in &mut bytes[off..off + hole] {
+        *b = 0;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    let got = drain(&mut r, true);
+    assert!(
+        got.iter().all(|g| !g.is_empty()),
+        "an empty record was read"
+    );
+    assert_eq!(got[..100], recs[..100]);
+    assert!(got.len() >= 300 - 4, "read {} of 300", got.len());
+    assert_eq!(got.last(), recs.last());
+    let damage = r.take_damage();
+    assert!(!damage.is_empty());
+    assert_eq!(damage[0].offset, off as u64);
+}
+
+#[test]
+fn a_delivered_record_is_committed_without_the_rest_of_its_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs = numbered(50);
+    {
+        let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+        for r in &recs {
+            w.append(r).unwrap();
+        }
+    }
+    let mut r = Reader::open(dir.path()).unwrap();
+    let c = r.read(1 << 20).unwrap().unwrap();
+    assert_eq!(c.records.len(), 50);
+    // The first ten records answered, one at a time (out of order).
+    let ends: Vec<(u64, u64)> = c
+        .records
+        .iter()
+        .map(|p| {
+            (
+                c.start + (p.start - RECORD_HEADER) as u64,
+                c.start + p.end as u64,
+            )
+        })
+        .collect();
+    for i in (0..10).rev() {
+        r.complete(c.segment, ends[i].0, ends[i].1);
+    }
+    r.maintain(true).unwrap();
+    drop(r);
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, false), recs[10..].to_vec());
+}
+
+#[test]
+fn a_write_that_fails_part_way_leaves_no_hole_and_never_cuts_synced_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), opts(1 << 20, 1 << 30)).unwrap();
+    let recs = numbered(3000);
+    let mut synced = 0;
+    let mut k = 0;
+    // Appends with a sync after every 100; every third flush the disk is
+    // "full" part way through, then has room again.
+    for (i, r) in recs.iter().enumerate() {
+        w.append(r).unwrap();
+        if i % 100 == 99 {
+            k += 1;
+            if k % 3 == 0 {
+                writer::fault::fail_writes_after(777);
+                assert!(w.flush().is_err());
+                assert!(w.write_error().is_some());
+            }
+            // The disk has room again: the records are written after the
+            // last whole one, and made durable.
+            w.sync().unwrap();
+            synced = i + 1;
+        }
+    }
+    assert_eq!(synced, 3000);
+    w.crash();
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), recs);
     assert_eq!(r.corrupt_bytes(), 0);
+    assert!(r.take_damage().is_empty());
+}
+
+#[test]
+fn an_oversized_record_waits_for_an_empty_spool_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = WriterOptions {
+        allow_oversized: true,
+        ..opts(4 << 10, 16 << 10)
+    };
+    let mut w = Writer::open(dir.path(), o).unwrap();
+    w.append(b"small").unwrap();
+    w.sync().unwrap();
+    let big = vec![b'b'; 40 << 10];
+    // Not refused for good: full while something is undelivered...
+    assert!(matches!(w.append(&big), Err(AppendError::Full)));
+    let mut r = Reader::open(dir.path()).unwrap();
+    assert_eq!(drain(&mut r, true), vec![b"small".to_vec()]);
+    r.maintain(true).unwrap();
+    // ...and written once the spool is empty.
+    std::thread::sleep(Duration::from_millis(20));
+    w.append(&big).unwrap();
+    w.sync().unwrap();
+    // The reader lists new segments at most every 50 ms.
+    std::thread::sleep(Duration::from_millis(60));
+    let got = drain(&mut r, true);
+    assert!(got == vec![big], "read {} records", got.len());
 }

@@ -34,6 +34,10 @@ pub struct WriterOptions {
     /// undelivered bytes (all writers', as the reader's committed
     /// positions say) would exceed this.
     pub max_bytes: u64,
+    /// A record larger than `max_bytes` is appended once the spool holds
+    /// nothing undelivered (instead of [`AppendError::TooLarge`]), so a
+    /// caller that waits for room is never refused for good.
+    pub allow_oversized: bool,
 }
 
 impl WriterOptions {
@@ -45,6 +49,7 @@ impl WriterOptions {
         Self {
             segment_bytes: (max_bytes / 4).clamp(64 << 10, MAX_SEGMENT_BYTES),
             max_bytes,
+            allow_oversized: false,
         }
     }
 }
@@ -96,8 +101,12 @@ pub struct Writer {
     /// a [`crate::SharedWriter`] so it can sync without the writer's lock.
     file: Option<Arc<File>>,
     seq: u64,
-    /// Bytes written to the current segment.
+    /// Bytes written to the current segment: its exact length, since
+    /// every write appends (`O_APPEND`) and a failed one is cut back.
     seg_len: u64,
+    /// Bytes of the current segment known durable: a failure never cuts
+    /// the segment below this.
+    synced_len: u64,
     /// Records not yet written to the segment.
     buf: Vec<u8>,
     /// Undelivered bytes of the spool as last measured, plus what was
@@ -121,6 +130,7 @@ impl Writer {
             file: None,
             seq: 0,
             seg_len: 0,
+            synced_len: 0,
             buf: Vec::new(),
             usage,
             last_scan: Instant::now(),
@@ -163,7 +173,8 @@ impl Writer {
             return Err(AppendError::TooLarge);
         }
         let size = (RECORD_HEADER + len) as u64;
-        if size > self.opts.max_bytes {
+        let oversized = size > self.opts.max_bytes;
+        if oversized && !self.opts.allow_oversized {
             self.buf.truncate(start);
             return Err(AppendError::TooLarge);
         }
@@ -177,7 +188,7 @@ impl Writer {
                 return Err(AppendError::Unwritable(e));
             }
         }
-        if self.usage + size > self.opts.max_bytes && !self.has_room(size) {
+        if self.usage + size > self.opts.max_bytes && !self.has_room(size, oversized) {
             self.buf.truncate(start);
             return Err(AppendError::Full);
         }
@@ -198,12 +209,12 @@ impl Writer {
 
     /// Measures the spool again (throttled) and says whether `size` more
     /// bytes fit. `buf` already holds the new record's bytes.
-    fn has_room(&mut self, size: u64) -> bool {
+    fn has_room(&mut self, size: u64, oversized: bool) -> bool {
         if self.last_scan.elapsed() >= RESCAN_INTERVAL {
             self.last_scan = Instant::now();
             self.rescan(size);
         }
-        self.usage + size <= self.opts.max_bytes
+        self.usage + size <= self.opts.max_bytes || (oversized && self.usage == 0)
     }
 
     /// Measures the undelivered bytes of the spool; rolls the open segment
@@ -255,9 +266,17 @@ impl Writer {
         let Some(file) = self.file.clone() else {
             return Err(io::Error::other("no segment open"));
         };
-        if let Err(e) = (&*file).write_all(&self.buf) {
-            // Never leave a torn record that a later record would follow.
-            let _ = file.set_len(self.seg_len);
+        if let Err(e) = append_all(&file, &self.buf) {
+            // Part of the buffer may have reached the file: cut it back to
+            // the last whole record, which is at least what was synced.
+            // Every write appends, so the next one starts there: no hole,
+            // no torn record that a later record would follow.
+            let cut = file.set_len(self.seg_len).and_then(|()| file.metadata());
+            if cut.map_or(true, |m| m.len() != self.seg_len) {
+                // The segment cannot be put right: leave it (its torn end
+                // was never acknowledged) and write to a new one.
+                self.file = None;
+            }
             self.write_error = Some(e.to_string());
             if self.seg_len > 0 {
                 // A full disk: once the reader committed this segment,
@@ -279,7 +298,10 @@ impl Writer {
         }
         if self.seg_len >= self.opts.segment_bytes {
             // The finished segment is made durable before its lock goes.
-            file.sync_data()?;
+            if let Err(e) = file.sync_data() {
+                self.sync_failed(self.seq, self.seg_len);
+                return Err(e);
+            }
             self.file = None;
         }
         Ok(())
@@ -288,17 +310,69 @@ impl Writer {
     /// Writes and makes durable every appended record.
     pub fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
-        if let Some(f) = &self.file {
-            f.sync_data()?;
+        if let Some(f) = self.file.clone() {
+            if let Err(e) = f.sync_data() {
+                self.sync_failed(self.seq, self.seg_len);
+                return Err(e);
+            }
+            self.synced_len = self.seg_len;
         }
         Ok(())
     }
 
-    /// Writes the buffered records and returns the segment to sync, so
-    /// the sync itself can run without holding the writer.
-    pub(crate) fn flush_for_sync(&mut self) -> io::Result<Option<Arc<File>>> {
+    /// Writes the buffered records and returns the segment to sync, with
+    /// its number and length, so the sync itself can run without holding
+    /// the writer (then [`Writer::synced`] or [`Writer::sync_failed`]).
+    pub(crate) fn flush_for_sync(&mut self) -> io::Result<Option<(Arc<File>, u64, u64)>> {
         self.flush()?;
-        Ok(self.file.clone())
+        Ok(self.file.clone().map(|f| (f, self.seq, self.seg_len)))
+    }
+
+    /// Segment `seq` is durable up to `len`.
+    pub(crate) fn synced(&mut self, seq: u64, len: u64) {
+        if self.file.is_some() && self.seq == seq {
+            self.synced_len = self.synced_len.max(len);
+        }
+    }
+
+    /// Syncing segment `seq` up to `len` failed. After a failed
+    /// `fdatasync` the kernel may have dropped the written pages, so what
+    /// was written since the last good sync cannot be trusted to reach
+    /// the disk: it is read back (the page cache still has it), the
+    /// segment is cut to its synced length and left, and the records are
+    /// written again to a new segment by the next flush. They were never
+    /// acknowledged, so nothing is lost and at most they are read twice.
+    pub(crate) fn sync_failed(&mut self, seq: u64, len: u64) {
+        let Some(file) = self.file.clone() else {
+            return;
+        };
+        if self.seq != seq || len <= self.synced_len {
+            return;
+        }
+        let from = self.synced_len;
+        let mut unsynced = vec![0u8; (self.seg_len - from) as usize];
+        let read_back = crate::reader::read_full_at(&file, &mut unsynced, from)
+            .is_ok_and(|n| n == unsynced.len());
+        if !read_back {
+            // Keep the segment as it is: its records may still reach the
+            // disk, and a new segment after it keeps the order.
+            self.file = None;
+            return;
+        }
+        let _ = file.set_len(from);
+        self.file = None;
+        unsynced.extend_from_slice(&self.buf);
+        self.buf = unsynced;
+    }
+
+    /// Drops the writer like a crash would: buffered records are written,
+    /// nothing is synced, the lock goes with the descriptor. For tests
+    /// of what a reader makes of a writer that died.
+    #[doc(hidden)]
+    pub fn crash(mut self) {
+        let _ = self.flush();
+        self.file = None;
+        self.buf.clear();
     }
 
     /// Creates the next segment: under a temporary name, locked, then
@@ -317,8 +391,10 @@ impl Writer {
         let tmp = self
             .dir
             .join(format!(".{}.{}.new", std::process::id(), seq));
+        // O_APPEND: every write goes to the end, wherever a failed write
+        // left the file position.
         let file = OpenOptions::new()
-            .write(true)
+            .append(true)
             .create_new(true)
             .mode(0o640)
             .open(&tmp)?;
@@ -341,8 +417,20 @@ impl Writer {
         self.file = Some(Arc::new(file));
         self.seq = seq;
         self.seg_len = 0;
+        self.synced_len = 0;
         Ok(())
     }
+}
+
+/// Appends `buf` to `file`. Tests can make it fail part way
+/// ([`fault::fail_writes_after`]), as a disk that fills up does.
+fn append_all(mut file: &File, buf: &[u8]) -> io::Result<()> {
+    #[cfg(test)]
+    if let Some(n) = fault::take_write_budget(buf.len()) {
+        file.write_all(&buf[..n])?;
+        return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+    }
+    file.write_all(buf)
 }
 
 /// Undelivered bytes of the spool in `dir`: every segment's length less
@@ -353,7 +441,10 @@ pub fn undelivered_bytes(dir: &Path) -> io::Result<u64> {
 
 /// Undelivered bytes and the reader's committed positions.
 fn measure(dir: &Path) -> io::Result<(u64, std::collections::BTreeMap<u64, u64>)> {
-    let committed = crate::reader::read_state(dir)?;
+    // A damaged state file is the reader's to report; a position past a
+    // segment's end counts that segment as empty here, which only makes
+    // the cap look roomier until the reader replaces the position.
+    let (committed, _) = crate::reader::read_state(dir)?;
     let undelivered = list_segments(dir)?
         .iter()
         .map(|(seq, len)| len.saturating_sub(committed.get(seq).copied().unwrap_or(0)))
@@ -397,4 +488,34 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     );
     std::fs::hard_link(from, to)?;
     std::fs::remove_file(from)
+}
+
+/// Faults injected by the unit tests (this thread only).
+#[cfg(test)]
+pub(crate) mod fault {
+    use std::cell::Cell;
+
+    thread_local! {
+        static WRITE_BUDGET: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    /// The next writes succeed for `n` bytes in all, then one fails with
+    /// ENOSPC after writing what was left of the `n`.
+    pub fn fail_writes_after(n: usize) {
+        WRITE_BUDGET.with(|b| b.set(Some(n)));
+    }
+
+    /// For a write of `len` bytes: `Some(k)` to write `k` and fail.
+    pub(super) fn take_write_budget(len: usize) -> Option<usize> {
+        WRITE_BUDGET.with(|b| {
+            let left = b.get()?;
+            if len <= left {
+                b.set(Some(left - len));
+                None
+            } else {
+                b.set(None);
+                Some(left)
+            }
+        })
+    }
 }

@@ -5,6 +5,7 @@
 //! `sinks`, and what they share) and the command line (`cli`, one module
 //! per subcommand); the binary (`main.rs`) only calls [`cli::main`].
 
+pub mod alloc;
 pub mod api;
 pub mod cli;
 pub mod config;
@@ -18,3 +19,9 @@ pub mod registry;
 pub mod sinks;
 pub mod sources;
 pub mod topology;
+
+// The library's own unit tests measure allocations too (the binary sets
+// the same allocator in main.rs).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: alloc::Counting = alloc::Counting;

@@ -754,3 +754,102 @@ fn node_logger_over_mutual_tls_with_a_shared_key_is_acknowledged_and_a_client_wi
     );
     assert_eq!(json_lines(&out).len(), n);
 }
+
+#[test]
+fn a_client_with_huge_chunk_ids_or_that_never_reads_its_acks_cannot_grow_the_agent() {
+    let dir = tempdir();
+    let out = dir.path().join("out.ndjson");
+    let port = free_port();
+    let cfg = config(dir.path(), port, "    idle_timeout_secs: 3\n", &out);
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--memory-limit".into(), "16MiB".into()],
+            ..Default::default()
+        },
+    );
+    // Chunk ids of 1 MiB, a hundred messages on each of two connections,
+    // acks never read: refused at the first, the connection closed.
+    let big = "c".repeat(1 << 20);
+    let writers: Vec<_> = (0..2)
+        .map(|k| {
+            let big = big.clone();
+            std::thread::spawn(move || {
+                let mut s = connect(port);
+                let mut sent = 0;
+                for i in 0..100 {
+                    if s.write_all(&msg("t.big", &format!("big-{k}-{i}"), Some(&big)))
+                        .is_err()
+                    {
+                        break;
+                    }
+                    sent += 1;
+                }
+                sent
+            })
+        })
+        .collect();
+    for w in writers {
+        let sent = w.join().unwrap();
+        assert!(
+            sent < 100,
+            "the connection was closed, {sent} messages written"
+        );
+    }
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &source_error("fluent", "fwd", "chunk_id_too_long"),
+        2.0,
+        false,
+    );
+    // A client that sends acknowledged chunks and never reads an answer:
+    // stalled once its answers pile up, then disconnected and counted.
+    let s = connect(port);
+    let writer = {
+        let mut s = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut batch = Vec::new();
+            for i in 0..20_000 {
+                batch.extend(msg(
+                    "t.mute",
+                    &format!("mute-{i}"),
+                    Some(&format!("{i:024}")),
+                ));
+            }
+            let mut rounds = 0;
+            while s.write_all(&batch).is_ok() && rounds < 100 {
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &source_error("fluent", "fwd", "acks_not_read"),
+        1.0,
+        false,
+    );
+    let rounds = writer.join().unwrap();
+    assert!(
+        rounds < 100,
+        "the mute client was disconnected after {rounds} rounds"
+    );
+    s.shutdown(std::net::Shutdown::Both).ok();
+    // Bounded all along: the limit plus what the agent itself needs.
+    let peak = proc_rss(agent.pid(), true);
+    assert!(
+        peak < 120 << 20,
+        "peak RSS {} MiB with a 16 MiB limit",
+        peak >> 20
+    );
+    // Still serving.
+    let mut s = connect(port);
+    s.write_all(&msg("t.c", "after", Some("c-after"))).unwrap();
+    let mut got = vec![0u8; ack("c-after").len()];
+    s.set_read_timeout(Some(MEDIUM)).unwrap();
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, ack("c-after"));
+}

@@ -389,3 +389,100 @@ fn a_configmap_updated_by_kubelets_data_swap_is_reloaded_without_a_signal() {
     assert_eq!(all.len(), written, "every line once");
     assert!(all.values().all(|&c| c == 1), "no line twice");
 }
+
+/// A reload whose changed pipeline cannot be built (`Some(port)`: its
+/// new source cannot start, after the old version was stopped; `None`:
+/// its sink's disk buffer holds data of another sink type, refused before
+/// anything stops) keeps that pipeline running with its old
+/// configuration, and says so in the log, `/health` and the metrics; the
+/// other pipeline applies.
+fn a_refused_reload_keeps_the_pipeline_flowing(busy_port: Option<u16>) {
+    let dir = tempdir();
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let input = dir.path().join("app.log");
+    let other_in = dir.path().join("other.log");
+    let out = dir.path().join("out.log");
+    let other_out = dir.path().join("other.out");
+    let (other_new, held_out) = (
+        dir.path().join("other-new.out"),
+        dir.path().join("held.out"),
+    );
+    append(&input, b"before\n");
+    append(&other_in, b"o1\n");
+    let buffered = format!(
+        "  - type: file\n    id: held\n    path: \"{}\"\n    encoding: text\n    buffer: {{ type: disk, max_size: 8MiB }}\n",
+        held_out.display()
+    );
+    let first = pipeline(&input, &out, "") + &buffered;
+    std::fs::write(conf.join("p.yaml"), &first).unwrap();
+    std::fs::write(conf.join("q.yaml"), pipeline(&other_in, &other_out, "")).unwrap();
+    let agent = Agent::start(&conf, &dir.path().join("data"));
+    wait_for(LONG, "the first line", || {
+        (count_lines(&out) == 1 && count_lines(&held_out) == 1)
+            .then_some(())
+            .ok_or("waiting".to_string())
+    });
+    let changed = match busy_port {
+        // A second source on a port already taken: built, but it cannot
+        // start once the old version has stopped.
+        Some(port) => {
+            pipeline(&input, &out, &format!("  - type: tcp\n    address: \"127.0.0.1:{port}\"\n"))
+                + &buffered
+        }
+        // The buffered sink's type changed under the same id.
+        None => {
+            pipeline(&input, &out, "")
+                + "  - type: stdout\n    id: held\n    encoding: text\n    buffer: { type: disk, max_size: 8MiB }\n"
+        }
+    };
+    std::fs::write(conf.join("p.yaml"), changed).unwrap();
+    std::fs::write(conf.join("q.yaml"), pipeline(&other_in, &other_new, "")).unwrap();
+    let (status, body) = agent.http("POST", "/reload").expect("POST /reload");
+    assert_eq!(status, 422, "a refused pipeline fails the reload: {body}");
+    assert!(body.contains("pipeline p"), "{body}");
+    // The refused pipeline runs as before; the other one changed.
+    append(&input, b"after\n");
+    append(&other_in, b"o2\n");
+    wait_for(LONG, "a line after the refused reload", || {
+        (read_lines(&out) == vec![b"before".to_vec(), b"after".to_vec()])
+            .then_some(())
+            .ok_or(format!("{:?}", read_lines(&out)))
+    });
+    wait_for(LONG, "the other pipeline's new output", || {
+        (read_lines(&other_new) == vec![b"o2".to_vec()])
+            .then_some(())
+            .ok_or(format!("{:?}", read_lines(&other_new)))
+    });
+    let (code, health) = agent.http_get("/health").unwrap();
+    assert_eq!(code, 200, "{health}");
+    assert!(
+        health.contains("degraded") && health.contains("p/reload"),
+        "{health}"
+    );
+    assert_eq!(
+        agent.metric_or_zero("petrel_reload_failures_total", &[("pipeline", "p")]),
+        1.0
+    );
+    assert!(agent
+        .stderr()
+        .contains("keeps running with its previous configuration"));
+    // Fixed: applied, and healthy again.
+    std::fs::write(conf.join("p.yaml"), &first).unwrap();
+    reload(&agent);
+    let (_, health) = agent.http_get("/health").unwrap();
+    assert!(!health.contains("p/reload"), "{health}");
+}
+
+#[test]
+fn a_reload_refused_for_a_buffer_of_another_sink_type_keeps_the_pipeline_flowing() {
+    a_refused_reload_keeps_the_pipeline_flowing(None);
+}
+
+#[test]
+fn a_reload_whose_new_source_cannot_start_restores_the_old_pipeline() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    a_refused_reload_keeps_the_pipeline_flowing(Some(port));
+    drop(taken);
+}

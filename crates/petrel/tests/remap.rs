@@ -625,3 +625,69 @@ fn vrl_conditions_in_filter_and_on_sinks() {
     // Not an integer: the errors sink's condition is false.
     assert_eq!(ns(&rest), vec![3, 4]);
 }
+
+#[test]
+fn a_program_that_doubles_an_array_stays_within_the_memory_limit() {
+    let dir = tempdir();
+    // 20,000 lines of 512 bytes; each run makes an array of the line's
+    // characters and doubles it five times: 16,384 values, about 1 MB of
+    // working memory and new data per event. Without limits the agent
+    // held hundreds of MB at a 16 MiB limit.
+    let line = format!("{}\n", "z".repeat(511));
+    let input = line.repeat(20_000);
+    let program = "a = split(string!(.message), \"\")\n".to_string()
+        + &"a = append(a, a)\n".repeat(5)
+        + ".a = a";
+    let out = pipeline(
+        dir.path(),
+        "doubling",
+        input.as_bytes(),
+        &source(&program),
+        "",
+    );
+    let agent = Agent::start_with(
+        &dir.path().join("conf"),
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec!["--memory-limit".into(), "16MiB".into()],
+            ..Default::default()
+        },
+    );
+    // Every event is written or counted as over a limit.
+    wait_for(LONG, "every event written or counted", || {
+        let written = count_lines(&out) as f64;
+        let limited = counter(
+            &agent,
+            "doubling",
+            "petrel_component_discarded_events_total",
+            ("reason", "remap_limit"),
+        );
+        if written + limited >= 20_000.0 {
+            Ok(())
+        } else {
+            Err(format!("{written} written, {limited} over a limit"))
+        }
+    });
+    let limited = counter(
+        &agent,
+        "doubling",
+        "petrel_component_discarded_events_total",
+        ("reason", "remap_limit"),
+    );
+    assert!(
+        limited > 0.0,
+        "runs over the batch's share of the budget are aborted and counted"
+    );
+    assert!(
+        count_lines(&out) > 0,
+        "the runs within the limits are written"
+    );
+    // The limit plus the documented overhead: twice the pipeline's share
+    // for the program, and the agent's own (about 30 MB).
+    let peak = proc_rss(agent.pid(), true);
+    assert!(
+        peak < 100 << 20,
+        "peak RSS {} MiB at a 16 MiB limit",
+        peak >> 20
+    );
+}

@@ -607,3 +607,125 @@ fn what_an_ack_reported_true_survives_kill_9() {
         "nothing was committed (the http sink held everything), so all of it is replayed"
     );
 }
+
+#[test]
+fn json_nested_deeper_than_the_parser_goes_is_refused_not_stored_raw() {
+    let dir = tempdir();
+    let port = free_port();
+    let out = dir.path().join("out.ndjson");
+    let cfg = hec_config(dir.path(), "hec", port, "", &out);
+    let agent = start(&cfg, &dir.path().join("data"));
+    let auth = [("Authorization", "Splunk main-token")];
+    for depth in [100_000usize, 65] {
+        let body = format!(r#"{{"event":{}1{}}}"#, "[".repeat(depth), "]".repeat(depth));
+        let (st, answer) = post(port, "/services/collector/event", &auth, body.as_bytes());
+        assert_eq!(st, 400, "depth {depth}: {answer}");
+        let j: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(
+            (&j["code"], &j["invalid-event-number"]),
+            (&6.into(), &0.into()),
+            "{j}"
+        );
+    }
+    // Within the limit: taken and parsed.
+    let ok = format!(
+        r#"{{"event":{{"a":{}1{}}}}}"#,
+        "[".repeat(40),
+        "]".repeat(40)
+    );
+    let (st, answer) = post(port, "/services/collector/event", &auth, ok.as_bytes());
+    assert_eq!(st, 200, "{answer}");
+    wait_lines(&out, 1);
+    let v = &json_lines(&out)[0];
+    assert!(v["a"].is_array(), "parsed, not kept raw: {v}");
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[("error_type", "parse_failed")]
+        ),
+        0.0
+    );
+}
+
+#[test]
+fn a_spool_on_a_disk_that_fills_and_frees_again_delivers_every_event_it_answered_200() {
+    let dir = tempdir();
+    let port = free_port();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let _fs = Tmpfs::mount(&data, "8m");
+    let server = std::sync::Arc::new(Stalled::default());
+    let addr = serve_stalled(server.clone());
+    let cfg = write_config(
+        dir.path(),
+        "hec",
+        &format!(
+            "sources:\n  - type: splunk_hec\n    address: 127.0.0.1:{port}\n    tokens: [\"${{HEC_TEST_TOKEN}}\"]\n    buffer: {{ type: disk, max_bytes: 4MiB }}\nsinks:\n  - type: http\n    url: http://{addr}/ingest\n    timeout_ms: 600000\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n"
+        ),
+    );
+    let agent = start(&cfg, &data);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flapper = {
+        let (stop, data) = (stop.clone(), data.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let filler = fill_disk(&data);
+                std::thread::sleep(Duration::from_millis(1500));
+                let len = std::fs::metadata(&filler).map_or(0, |m| m.len());
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&filler)
+                    .and_then(|f| f.set_len(len.saturating_sub(512 << 10)));
+                std::thread::sleep(Duration::from_millis(1500));
+                let _ = std::fs::remove_file(&filler);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    // Requests of 100 events for 15 s: some answered 200 (durable in the
+    // spool), some 503 (not taken: the client keeps them).
+    let auth = [("Authorization", "Splunk main-token")];
+    let mut answered = Vec::new();
+    let started = std::time::Instant::now();
+    let mut r = 0usize;
+    while started.elapsed() < Duration::from_secs(15) {
+        let body: String = (0..100)
+            .map(|i| format!(r#"{{"event":"flap {r} {i}"}}"#))
+            .collect();
+        let (st, _) = post(port, "/services/collector/event", &auth, body.as_bytes());
+        if st == 200 {
+            answered.push(r);
+        }
+        r += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(flapper.join().unwrap() >= 3, "the disk flapped");
+    assert!(
+        !answered.is_empty() && answered.len() < r,
+        "{} of {r} answered 200",
+        answered.len()
+    );
+    server
+        .released
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let want: Vec<String> = answered
+        .iter()
+        .flat_map(|r| (0..100).map(move |i| format!("flap {r} {i}")))
+        .collect();
+    wait_for(
+        Duration::from_secs(120),
+        "every event answered 200 delivered",
+        || {
+            let have: std::collections::HashSet<String> =
+                stalled_messages(&server).into_iter().collect();
+            let n = want.iter().filter(|m| !have.contains(*m)).count();
+            (n == 0)
+                .then_some(())
+                .ok_or(format!("{n} of {} missing", want.len()))
+        },
+    );
+    let _ = agent;
+}

@@ -353,6 +353,24 @@ fn reload(
         }
     };
     match topo.apply(pipelines) {
+        Ok(done) if !done.failed.is_empty() => {
+            count("failed");
+            let failed: Vec<String> = done
+                .failed
+                .iter()
+                .map(|(name, why)| format!("pipeline {name}: {why}"))
+                .collect();
+            let summary = format!(
+                "added {:?}, changed {:?}, removed {:?}, unchanged {}; refused (these keep their previous configuration): {}",
+                done.added,
+                done.changed,
+                done.removed,
+                done.unchanged,
+                failed.join("; ")
+            );
+            tracing::error!("configuration reloaded in part: {summary}");
+            Err(summary)
+        }
         Ok(done) => {
             let summary = format!(
                 "added {:?}, changed {:?}, removed {:?}, unchanged {}",

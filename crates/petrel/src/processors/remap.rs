@@ -65,6 +65,19 @@
 //! is such an error too, so that one event cannot make the agent's memory
 //! grow without bound.
 //!
+//! **Limits.** A run's working memory (what it allocates and still holds,
+//! measured by the agent's allocator, `crate::alloc`) and its time are
+//! bounded: a run over `max_memory_bytes` (default a quarter of the
+//! pipeline's share of `--memory-limit`) or `max_run_ms` is interrupted
+//! between two expressions (VRL's cooperative execution control) and the
+//! event is handled as an abort with `reason="remap_limit"` (dropped and
+//! counted, or rerouted, or kept unchanged with `drop_on_abort: false`);
+//! the other events of the batch go on. The new data runs leave in a
+//! batch's events is charged to the pipeline's memory budget and may not
+//! pass the pipeline's share of `--memory-limit`: past it, further events
+//! of the batch are handled the same way. So a program adds at most about
+//! twice the pipeline's share to the agent's memory, whatever it does.
+//!
 //! With `reroute_dropped: <sink id>`, a dropped event is not discarded: it
 //! goes, as it was before the failed run and with a `dropped` field saying
 //! why, to that sink of the pipeline alone (Vector's `reroute_dropped`,
@@ -100,6 +113,8 @@ pub const KEYS: &[&str] = &[
     "allow_env",
     "timezone",
     "max_output_bytes",
+    "max_memory_bytes",
+    "max_run_ms",
 ];
 
 /// What this plugin does, for the component reference.
@@ -160,7 +175,27 @@ pub const KEY_DOCS: &[KeyDoc] = &[
         default: Some("4MiB"),
         doc: r#"Largest amount of new data (fields written, not counting text still in the read buffer) one run may leave in an event; a run over it is a runtime error and the event is handled by `drop_on_error`."#,
     },
+    KeyDoc {
+        name: "max_memory_bytes",
+        kind: KeyKind::Bytes,
+        default: Some(
+            "a quarter of the pipeline's share of --memory-limit (4 MiB at 16 MiB), at least 1 MiB",
+        ),
+        doc: r#"Largest working memory of one run (what the program allocated and still holds: values, variables, the new fields). A run over it is interrupted between two expressions and its event handled as an abort counted with `reason="remap_limit"` (`drop_on_abort`, `reroute_dropped`). Besides, the new data of all the runs of one batch is charged to the pipeline's memory budget and may not pass the pipeline's share of `--memory-limit`: events after that are handled the same way."#,
+    },
+    KeyDoc {
+        name: "max_run_ms",
+        kind: KeyKind::Duration,
+        default: Some("1000"),
+        doc: r#"Longest time one run may take; a run over it is interrupted as for `max_memory_bytes` (`reason="remap_limit"`). VRL has no loops, so only a program over huge values gets near it."#,
+    },
 ];
+
+/// Default of `max_run_ms`.
+pub const DEFAULT_MAX_RUN: Duration = Duration::from_millis(1000);
+
+/// The smallest default working-memory limit of a run.
+const MIN_MAX_MEMORY: u64 = 1 << 20;
 
 /// The functions that read the agent's environment, host or files: off
 /// unless `allow_env: true` (see the module documentation for why).
@@ -202,6 +237,11 @@ pub struct Config {
     pub timezone: TimeZone,
     /// Bound on the new data a run leaves in an event.
     pub max_output_bytes: u64,
+    /// Bound on a run's working memory; `None`: a quarter of the
+    /// pipeline's budget.
+    pub max_memory_bytes: Option<u64>,
+    /// Bound on a run's time.
+    pub max_run: Duration,
     /// `file:`: the program's path and text, so that a reload notices a
     /// change of the program alone.
     pub program_file: Option<(String, String)>,
@@ -251,6 +291,14 @@ impl Config {
         let max_output_bytes = match map.get("max_output_bytes") {
             Some(_) => map.u64("max_output_bytes", true)?,
             None => DEFAULT_MAX_OUTPUT_BYTES,
+        };
+        let max_memory_bytes = match map.get("max_memory_bytes") {
+            Some(_) => Some(map.u64("max_memory_bytes", true)?),
+            None => None,
+        };
+        let max_run = match map.get("max_run_ms") {
+            Some(_) => Duration::from_millis(map.u64("max_run_ms", true)?.max(1)),
+            None => DEFAULT_MAX_RUN,
         };
         let timezone = match map.get("timezone") {
             None => TimeZone::Local,
@@ -314,6 +362,8 @@ impl Config {
             reroute_dropped,
             timezone,
             max_output_bytes,
+            max_memory_bytes,
+            max_run,
             program_file,
         })
     }
@@ -591,9 +641,14 @@ pub struct Remap {
     reroute_dropped: Option<Arc<str>>,
     timezone: TimeZone,
     max_output_bytes: u64,
+    max_memory_bytes: Option<u64>,
+    max_run: Duration,
     errors: LazyCounter,
     dropped_error: LazyCounter,
     dropped_abort: LazyCounter,
+    dropped_limit: LazyCounter,
+    /// Runs over a limit (kept or dropped), logged at most every 10 s.
+    limited: LazyCounter,
     id: String,
     last_log: Mutex<Option<Instant>>,
 }
@@ -612,9 +667,13 @@ impl Remap {
             reroute_dropped: c.reroute_dropped.clone(),
             timezone: c.timezone,
             max_output_bytes: c.max_output_bytes,
+            max_memory_bytes: c.max_memory_bytes,
+            max_run: c.max_run,
             errors: metrics.error_counter("remap"),
             dropped_error: metrics.discarded_counter("remap_error"),
             dropped_abort: metrics.discarded_counter("remap_abort"),
+            dropped_limit: metrics.discarded_counter("remap_limit"),
+            limited: metrics.error_counter("remap_limit"),
             id: metrics.health_key().to_string(),
             last_log: Mutex::new(None),
         })
@@ -642,11 +701,11 @@ impl Remap {
         true
     }
 
-    fn log_error(&self, what: &str, total: u64) {
+    fn log_error(&self, what: &str, total: u64, kind: &str) {
         let mut last = self.last_log.lock();
         if last.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *last = Some(Instant::now());
-            tracing::warn!("remap {}: {what} ({total} runtime errors so far)", self.id);
+            tracing::warn!("remap {}: {what} ({total} {kind} so far)", self.id);
         }
     }
 }
@@ -661,6 +720,40 @@ pub enum Outcome {
     Root(V),
 }
 
+/// What interrupts a run: its working memory or its time over their
+/// limits, looked at between two expressions.
+struct RunLimits {
+    measure: crate::alloc::Measure,
+    max_memory: i64,
+    deadline: Instant,
+    /// Checkpoints since the clock was last read: reading it at each one
+    /// would cost more than most expressions.
+    ticks: u32,
+    hit: Option<String>,
+}
+
+impl vrl::compiler::runtime::ExecutionControl for RunLimits {
+    fn checkpoint(&mut self) -> std::ops::ControlFlow<()> {
+        let live = self.measure.live();
+        if live > self.max_memory {
+            self.hit = Some(format!(
+                "the run held {live} bytes, over max_memory_bytes ({})",
+                self.max_memory
+            ));
+            return std::ops::ControlFlow::Break(());
+        }
+        self.ticks += 1;
+        if self.ticks >= 64 {
+            self.ticks = 0;
+            if Instant::now() >= self.deadline {
+                self.hit = Some("the run took longer than max_run_ms".to_string());
+                return std::ops::ControlFlow::Break(());
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
 impl Processor for Remap {
     fn process(&self, batch: &mut EventBatch) {
         let meta = if self.reads_metadata {
@@ -668,21 +761,42 @@ impl Processor for Remap {
         } else {
             V::Object(ObjectMap::new())
         };
+        // Sized from the pipeline's share of the memory limit (tests and
+        // `petrel test` run without a budget: 64 MiB).
+        let budget = batch.charge.budget_limit().unwrap_or(64 << 20) as u64;
+        let max_memory = self
+            .max_memory_bytes
+            .unwrap_or((budget / 4).max(MIN_MAX_MEMORY))
+            .min(i64::MAX as u64) as i64;
         let mut runtime = Runtime::new(RuntimeState::default());
         let events = std::mem::take(&mut batch.events);
         let mut out = Vec::with_capacity(events.len());
         let (mut errors, mut dropped_error, mut dropped_abort) = (0u64, 0u64, 0u64);
+        let (mut limited, mut dropped_limit) = (0u64, 0u64);
         let mut last_error = String::new();
+        let mut last_limit = String::new();
+        // New data the runs left in this batch's events, charged to the
+        // pipeline's budget as it grows.
+        let mut batch_output = 0u64;
         for ev in events {
             runtime.clear();
-            let result = run(
+            let mut limits = RunLimits {
+                measure: crate::alloc::measure(),
+                max_memory,
+                deadline: Instant::now() + self.max_run,
+                ticks: 0,
+                hit: None,
+            };
+            let result = run_limited(
                 &mut runtime,
                 &self.program,
                 &self.timezone,
                 &batch.buf,
                 &ev,
                 &meta,
+                &mut limits,
             );
+            drop(limits.measure);
             let failure = match result {
                 Ok(outcome) => {
                     let size = outcome_size(&outcome, &batch.buf);
@@ -691,7 +805,23 @@ impl Processor for Remap {
                             "the run would leave {size} bytes of new data in the event, over max_output_bytes ({})",
                             self.max_output_bytes
                         ))
+                    } else if batch_output + size > budget {
+                        limited += 1;
+                        last_limit = format!(
+                            "the runs of one batch would leave more than the pipeline's share of --memory-limit ({budget} bytes) of new data"
+                        );
+                        if self.drop_on_abort {
+                            if !self.reroute(batch, ev, "remap_limit", &last_limit) {
+                                dropped_limit += 1;
+                            }
+                        } else {
+                            out.push(ev);
+                        }
+                        continue;
                     } else {
+                        batch_output += size;
+                        let extra = batch.charge.more(size as usize);
+                        batch.charge.merge(extra);
                         apply(&batch.buf, ev, outcome, &mut out);
                         continue;
                     }
@@ -706,8 +836,22 @@ impl Processor for Remap {
                     }
                     continue;
                 }
+                Err(Terminate::Interrupted) => {
+                    limited += 1;
+                    last_limit = limits
+                        .hit
+                        .take()
+                        .unwrap_or_else(|| "interrupted".to_string());
+                    if self.drop_on_abort {
+                        if !self.reroute(batch, ev, "remap_limit", &last_limit) {
+                            dropped_limit += 1;
+                        }
+                    } else {
+                        out.push(ev);
+                    }
+                    continue;
+                }
                 Err(Terminate::Error(e)) => Some(e.to_string()),
-                Err(Terminate::Interrupted) => Some("interrupted".to_string()),
             };
             if let Some(f) = failure {
                 errors += 1;
@@ -725,7 +869,11 @@ impl Processor for Remap {
         batch.events = out;
         if errors > 0 {
             let total = self.errors.inc_by(errors) + errors;
-            self.log_error(&last_error, total);
+            self.log_error(&last_error, total, "runtime errors");
+        }
+        if limited > 0 {
+            let total = self.limited.inc_by(limited) + limited;
+            self.log_error(&last_limit, total, "runs over a limit");
         }
         if dropped_error > 0 {
             self.dropped_error.inc_by(dropped_error);
@@ -733,7 +881,25 @@ impl Processor for Remap {
         if dropped_abort > 0 {
             self.dropped_abort.inc_by(dropped_abort);
         }
+        if dropped_limit > 0 {
+            self.dropped_limit.inc_by(dropped_limit);
+        }
     }
+}
+
+/// [`run`], interrupted by `limits`.
+fn run_limited(
+    runtime: &mut Runtime,
+    program: &Program,
+    timezone: &TimeZone,
+    buf: &Bytes,
+    ev: &Event,
+    meta: &V,
+    limits: &mut RunLimits,
+) -> Result<Outcome, Terminate> {
+    let mut target = EventTarget::new(buf, ev, meta);
+    runtime.resolve_with_control(&mut target, program, timezone, limits)?;
+    Ok(target.into_outcome())
 }
 
 /// Runs `program` against `ev` through the adapter; the event is only
@@ -1498,6 +1664,52 @@ mod tests {
         r.process(&mut b);
         assert_eq!(b.events.len(), 1);
         assert!(m.metrics().render().contains("error_type=\"remap\"} 1"));
+    }
+
+    #[test]
+    fn a_run_over_its_memory_limit_is_interrupted_and_the_batch_goes_on() {
+        // Doubles a 2,000-element array ten times: 2 M values, far over a
+        // 1 MiB limit, unless the message is short.
+        let doubling = "a = split(string!(.message), \"\")\n".to_string()
+            + &"a = append(a, a)\n".repeat(10)
+            + ".n = length(a)";
+        let mut y = program(&doubling);
+        y.push_str("max_memory_bytes: 1MiB\n");
+        let (r, m) = remap(&y);
+        let long = "x".repeat(2000);
+        let mut b = batch_of(&["ab", &long, "cd"]);
+        r.process(&mut b);
+        // The long one dropped (drop_on_abort), the others done.
+        assert_eq!(b.events.len(), 2);
+        assert!(b.events.iter().all(|e| e.get("n").is_some()));
+        let text = m.metrics().render();
+        assert!(text.contains("reason=\"remap_limit\"} 1"), "{text}");
+        assert!(text.contains("error_type=\"remap_limit\"} 1"), "{text}");
+
+        // Kept unchanged when aborts are not dropped.
+        y.push_str("drop_on_abort: false\n");
+        let (r, _) = remap(&y);
+        let mut b = batch_of(&[&long]);
+        r.process(&mut b);
+        assert_eq!(b.events.len(), 1);
+        assert!(b.events[0].get("n").is_none());
+    }
+
+    #[test]
+    fn a_run_over_its_time_limit_is_interrupted() {
+        // 3,000 hashes of 512 bytes each: several milliseconds, far past
+        // a 1 ms limit, in a constant amount of memory.
+        let slow = "s = string!(.message)\n".to_string()
+            + &"s = sha3(s + s + s + s)\n".repeat(3000)
+            + ".s = s";
+        let mut y = program(&slow);
+        y.push_str("max_run_ms: 1\nmax_memory_bytes: 1GiB\n");
+        let (r, m) = remap(&y);
+        let mut b = batch_of(&[&"y".repeat(4000)]);
+        r.process(&mut b);
+        assert_eq!(b.events.len(), 0);
+        let text = m.metrics().render();
+        assert!(text.contains("reason=\"remap_limit\"} 1"), "{text}");
     }
 
     #[test]

@@ -397,6 +397,10 @@ impl petrel_core::plugin::SourceConfig for JournaldConfig {
             carry: Vec::new(),
             skip: None,
             first_check: None,
+            last_seq: None,
+            skipped: m.error_counter("journal_skipped"),
+            skipped_unlogged: 0,
+            skipped_logged: None,
         };
         let handle = std::thread::Builder::new()
             .name("petrel-journald".into())
@@ -552,6 +556,15 @@ struct Reader {
     skip: Option<Skip>,
     /// Set after starting at a checkpoint, until the first entry is seen.
     first_check: Option<FirstCheck>,
+    /// Sequence number id and number of the last entry read, to see the
+    /// entries journalctl skips (a damaged journal file: it leaves them
+    /// out without a word).
+    last_seq: Option<(Vec<u8>, u64)>,
+    /// Entries skipped that way.
+    skipped: LazyCounter,
+    /// Skipped entries not yet logged, and when the last log line was.
+    skipped_unlogged: u64,
+    skipped_logged: Option<Instant>,
 }
 
 /// Why reading from one journalctl stopped.
@@ -575,6 +588,8 @@ impl Reader {
             let ended = match self.spawn(cursor.as_deref()) {
                 Ok((child, stdout)) => {
                     self.first_check = cursor.map(|cursor| FirstCheck { cursor });
+                    // The first entry is checked against the checkpoint.
+                    self.last_seq = None;
                     self.carry.clear();
                     self.skip = None;
                     self.read_child(child, stdout, &mut last_save)
@@ -934,6 +949,7 @@ impl Reader {
             }
             if let Some(c) = cursor {
                 last_cursor = Some(c);
+                self.note_sequence(c.get(&buf));
                 if let Some(check) = self.first_check.take() {
                     let got = c.get(&buf);
                     if got == check.cursor.as_bytes() {
@@ -988,6 +1004,42 @@ impl Reader {
         self.metrics.recovered();
         self.emitter.emit(batch);
         Ok(())
+    }
+
+    /// Counts the entries journalctl left out before the one of `cursor`:
+    /// with every entry read (no `units` or `include_matches`, which make
+    /// gaps on purpose), entries of one sequence number id follow each
+    /// other by one, and a jump is entries journalctl skipped, which it
+    /// does without a word for entries of a damaged journal file.
+    fn note_sequence(&mut self, cursor: &[u8]) {
+        let Some((id, i)) = cursor_seq(cursor) else {
+            return;
+        };
+        let filtered = !self.cfg.units.is_empty() || !self.cfg.include.is_empty();
+        if let Some((last_id, last)) = &self.last_seq {
+            if !filtered && last_id.as_slice() == id && i > last + 1 {
+                let n = i - last - 1;
+                self.skipped.inc_by(n);
+                self.skipped_unlogged += n;
+            }
+        }
+        if self.skipped_unlogged > 0
+            && self
+                .skipped_logged
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            tracing::warn!(
+                source = %self.key,
+                skipped_entries = self.skipped_unlogged,
+                "journalctl left out entries between two it read (their sequence numbers are missing): a damaged journal file (journalctl --verify names it); counted as error_type=\"journal_skipped\""
+            );
+            self.skipped_unlogged = 0;
+            self.skipped_logged = Some(Instant::now());
+        }
+        match &mut self.last_seq {
+            Some((last_id, last)) if last_id.as_slice() == id => *last = i,
+            _ => self.last_seq = Some((id.to_vec(), i)),
+        }
     }
 
     /// The first entry after starting at checkpoint `saved` is `got`: the
@@ -1233,6 +1285,7 @@ mod tests {
                 fn emit(&self, _: EventBatch) {}
             }
             let metrics = petrel_core::Metrics::new().component("p", "source", "j", "journald");
+            let metrics_skipped = metrics.error_counter("journal_skipped");
             Reader {
                 cfg: JournaldConfig {
                     directory: None,
@@ -1262,7 +1315,35 @@ mod tests {
                 carry: Vec::new(),
                 skip: None,
                 first_check: None,
+                last_seq: None,
+                skipped: metrics_skipped,
+                skipped_unlogged: 0,
+                skipped_logged: None,
             }
         }
+    }
+
+    #[test]
+    fn entries_journalctl_leaves_out_are_counted() {
+        let mut r = Reader::dummy();
+        for c in [
+            "s=aa;i=1",
+            "s=aa;i=2",
+            "s=aa;i=7",
+            "s=bb;i=40",
+            "s=bb;i=41",
+            "s=aa;i=9",
+        ] {
+            r.note_sequence(c.as_bytes());
+        }
+        // 3..6 of `aa` missing; another id (another machine's journal) is
+        // no gap, and neither is its switch back.
+        assert_eq!(r.skipped.get(), 4);
+        // With units or matches gaps are what was asked for.
+        let mut r = Reader::dummy();
+        r.cfg.units = vec!["a.service".into()];
+        r.note_sequence(b"s=aa;i=1");
+        r.note_sequence(b"s=aa;i=9");
+        assert_eq!(r.skipped.get(), 0);
     }
 }

@@ -591,6 +591,14 @@ fn event_ranges(body: &[u8]) -> Result<Vec<(usize, usize)>, Refusal> {
                     return Err((15, "Error in handling indexed fields", out.len()));
                 }
                 pos = stream.byte_offset();
+                // Deeper than the parser goes: refused as invalid data now,
+                // not stored as one unparsed message.
+                if petrel_core::json::nesting_exceeds(
+                    &body[start..pos],
+                    petrel_core::json::MAX_JSON_DEPTH,
+                ) {
+                    return Err((6, "Invalid data format", out.len()));
+                }
                 out.push((start, pos));
             }
         }

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use petrel_core::plugin::{Encoded, Payload, PayloadReceiver, PayloadSender, Sink};
 use petrel_core::{
-    AckPart, AckReceiver, BatchAck, BufferGauges, ComponentMetrics, MemoryCharge, SourceInfo,
+    AckReceiver, BatchAck, BufferGauges, ComponentMetrics, MemoryCharge, SourceInfo,
 };
 use petrel_spool::{AppendError, Reader, Writer, WriterOptions};
 use tokio::sync::{mpsc, Notify};
@@ -55,6 +55,10 @@ const FULL_RETRY: Duration = Duration::from_millis(50);
 
 /// Version byte of a record's layout.
 const RECORD_VERSION: u8 = 1;
+
+/// Bytes at the start of a record that say when it was written and how
+/// many events it holds: version (1), time (8), events (8).
+const RECORD_META: usize = 17;
 
 /// The file naming the sink type that wrote a buffer.
 const TYPE_FILE: &str = "sink.type";
@@ -168,14 +172,34 @@ pub fn start(
             dir.display()
         )
     })?;
-    let writer = Writer::open(dir, WriterOptions::for_cap(max_size))
-        .map_err(|e| anyhow::anyhow!("disk buffer {}: {e}", dir.display()))?;
+    // A batch larger than `max_size` is written once the buffer is empty
+    // (it then holds more than `max_size` by that batch): under `block`
+    // it waits for that, never dropped; under `drop_newest` it is
+    // dropped and counted while the buffer holds data.
+    let writer = Writer::open(
+        dir,
+        WriterOptions {
+            allow_oversized: true,
+            ..WriterOptions::for_cap(max_size)
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("disk buffer {}: {e}", dir.display()))?;
     let gauges = metrics.buffer_gauges();
     gauges.max_bytes.set(max_size as i64);
+    // The events the buffer holds from an earlier run, so that the gauge
+    // says what is on disk from the start.
+    let mut held = 0u64;
+    let _ = reader.for_each_unread_prefix(RECORD_META, |b| {
+        if let Some(n) = b.get(9..17).and_then(|e| e.try_into().ok()) {
+            if b[0] == RECORD_VERSION {
+                held += u64::from_le_bytes(n);
+            }
+        }
+    });
     let shared = Arc::new(Shared {
         written: Notify::new(),
         closed: AtomicBool::new(false),
-        events: AtomicI64::new(0),
+        events: AtomicI64::new(held as i64),
         full: AtomicBool::new(false),
         reader_gone: AtomicBool::new(false),
         gauges,
@@ -196,6 +220,20 @@ pub fn start(
         .spawn(move || ingest.run(rx))?;
     let reader = rt.spawn(drain(reader, sink, sink_tx, shared));
     Ok(DiskBuffer { tx, reader })
+}
+
+/// Refuses, without writing anything, a buffer directory that another
+/// sink type wrote: checked when a pipeline is built, so a reload that
+/// would fail on it refuses before the running pipeline is stopped.
+pub fn precheck(dir: &Path, sink_type: &str) -> anyhow::Result<()> {
+    match std::fs::read_to_string(dir.join(TYPE_FILE)) {
+        Ok(t) if t.trim() != sink_type => anyhow::bail!(
+            "disk buffer {} holds data encoded for a `{}` sink, not `{sink_type}`: give this sink another `id`, or deliver that data with the old sink first (or delete the directory to discard it)",
+            dir.display(),
+            t.trim()
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Records which sink type writes `dir`, and refuses a buffer that
@@ -265,9 +303,20 @@ fn take_u32(b: &mut &[u8]) -> Option<u32> {
     take(b, 4)?.try_into().ok().map(u32::from_le_bytes)
 }
 
+/// When a record was written and its events, without copying its data;
+/// `None` as for [`read_record`].
+fn record_meta(b: &[u8], sink: &dyn Sink) -> Option<(u64, u64)> {
+    parse_record(b, sink, false).map(|r| (r.written_ms, r.events))
+}
+
 /// Reads a record; `None` when it is not one this version wrote (the
 /// spool's checksum passed, so only another version's layout gets here).
-fn read_record(mut b: &[u8], sink: &dyn Sink) -> Option<Record> {
+fn read_record(b: &[u8], sink: &dyn Sink) -> Option<Record> {
+    parse_record(b, sink, true)
+}
+
+/// Parses a record; its encoded bytes are copied only when `copy`.
+fn parse_record(mut b: &[u8], sink: &dyn Sink, copy: bool) -> Option<Record> {
     if take(&mut b, 1)? != [RECORD_VERSION] {
         return None;
     }
@@ -295,7 +344,7 @@ fn read_record(mut b: &[u8], sink: &dyn Sink) -> Option<Record> {
         events,
         input_bytes,
         data: Encoded {
-            bytes: b.to_vec(),
+            bytes: if copy { b.to_vec() } else { Vec::new() },
             record_ends,
             attachment,
             invalid_utf8: 0,
@@ -392,7 +441,7 @@ impl Ingest {
                 }
                 Err(AppendError::TooLarge) => {
                     tracing::error!(sink = %self.shared.metrics.health_key(), bytes = p.data.data().len(),
-                        "a batch is larger than the disk buffer's max_size; it is dropped and counted (reason=\"too_large_for_buffer\"): raise `max_size`");
+                        "a batch is larger than a disk buffer record can be (256 MiB); it is dropped and counted (reason=\"too_large_for_buffer\"): lower --memory-limit or the source's read size");
                     self.shared
                         .metrics
                         .discarded("too_large_for_buffer", p.events);
@@ -471,37 +520,51 @@ impl Ingest {
     }
 }
 
-/// The answer for one chunk of records read back.
-struct ChunkDone {
-    segment: u64,
-    start: u64,
-    end: u64,
-    events: u64,
-    bytes: usize,
+/// The answer for one record (one payload) read back.
+struct RecordDone {
+    /// The chunk it was read in: (segment, start).
+    chunk: (u64, u64),
+    /// Its index in the chunk.
+    index: usize,
     delivered: bool,
 }
 
-/// Sends the outcome of a chunk's payloads, once all answered, to the
-/// reader task.
+/// Sends the outcome of each payload of a chunk to the reader task; the
+/// payload's index in the chunk is its acknowledgement's sequence number.
 struct ChunkAck {
-    tx: mpsc::UnboundedSender<ChunkDone>,
-    segment: u64,
-    start: u64,
-    end: u64,
-    events: u64,
-    bytes: usize,
+    tx: mpsc::UnboundedSender<RecordDone>,
+    chunk: (u64, u64),
 }
 
 impl AckReceiver for ChunkAck {
-    fn complete(&self, _seq: u64, delivered: bool) {
-        let _ = self.tx.send(ChunkDone {
-            segment: self.segment,
-            start: self.start,
-            end: self.end,
-            events: self.events,
-            bytes: self.bytes,
+    fn complete(&self, seq: u64, delivered: bool) {
+        let _ = self.tx.send(RecordDone {
+            chunk: self.chunk,
+            index: seq as usize,
             delivered,
         });
+    }
+}
+
+/// A chunk read back, kept until the sink answered each of its records.
+struct InFlight {
+    chunk: petrel_spool::Chunk,
+    /// When its first record was written (for the age gauge).
+    first_written: u64,
+    /// Events of each record; `None` once delivered (or unreadable).
+    events: Vec<Option<u64>>,
+    /// Records not yet delivered.
+    left: usize,
+}
+
+impl InFlight {
+    /// The segment range of record `i`: its header to its end.
+    fn range(&self, i: usize) -> (u64, u64) {
+        let r = &self.chunk.records[i];
+        (
+            self.chunk.start + (r.start - petrel_spool::RECORD_HEADER) as u64,
+            self.chunk.start + r.end as u64,
+        )
     }
 }
 
@@ -512,43 +575,62 @@ struct Draining {
     /// Bytes of the chunks in flight.
     bytes: usize,
     /// (segment, start) → the chunk, kept until the sink answered every
-    /// payload of it, and when its first record was written (for the age
-    /// gauge); oldest first.
-    chunks: std::collections::BTreeMap<(u64, u64), (u64, petrel_spool::Chunk)>,
-    /// Chunks the sink answered as not delivered, to hand out again.
-    retry: Vec<(u64, u64)>,
-    /// Chunks left undelivered at the stop.
+    /// payload of it; oldest first.
+    chunks: std::collections::BTreeMap<(u64, u64), InFlight>,
+    /// Records the sink answered as not delivered, to hand out again.
+    retry: Vec<((u64, u64), usize)>,
+    /// Records left undelivered at the stop.
     failed: u64,
+    /// Logs, counts and reports damage the reader found.
+    damage: petrel_core::DamageReporter,
 }
 
 impl Draining {
-    /// Books the answer for a chunk: delivered chunks are committed; an
-    /// undelivered one is handed out again, unless the pipeline stops
-    /// (then it stays uncommitted, for the next start).
-    fn settle(&mut self, d: ChunkDone) {
-        let key = (d.segment, d.start);
+    /// Books the answer for a record: a delivered record is committed at
+    /// once (not when the rest of its chunk is), so that a crash sends
+    /// again only what was in flight and the last state interval's
+    /// deliveries; an undelivered one is handed out again, unless the
+    /// pipeline stops (then it stays uncommitted, for the next start).
+    fn settle(&mut self, d: RecordDone) {
+        let Some(f) = self.chunks.get_mut(&d.chunk) else {
+            return;
+        };
         if d.delivered {
-            self.bytes = self.bytes.saturating_sub(d.bytes);
-            self.chunks.remove(&key);
-            self.reader.complete(d.segment, d.start, d.end);
-            self.shared
-                .events
-                .fetch_sub(d.events as i64, Ordering::Relaxed);
+            if let Some(events) = f.events.get_mut(d.index).and_then(Option::take) {
+                let (start, end) = f.range(d.index);
+                self.reader.complete(f.chunk.segment, start, end);
+                self.shared
+                    .events
+                    .fetch_sub(events as i64, Ordering::Relaxed);
+                f.left -= 1;
+            }
         } else if self.shared.closed.load(Ordering::Acquire) {
-            self.bytes = self.bytes.saturating_sub(d.bytes);
-            self.chunks.remove(&key);
             self.failed += 1;
+            f.left -= 1;
         } else {
-            self.retry.push(key);
+            self.retry.push((d.chunk, d.index));
+        }
+        if f.left == 0 {
+            self.bytes = self.bytes.saturating_sub(f.chunk.buf.len());
+            self.chunks.remove(&d.chunk);
         }
     }
 
-    fn report(&self) {
-        let oldest = self.chunks.values().next().map(|c| c.0);
+    fn report(&mut self) {
+        for d in self.reader.take_damage() {
+            self.damage
+                .report(&d.path, d.offset, d.bytes, d.records, &d.what);
+        }
+        self.damage.tick();
+        let oldest = self.chunks.values().next().map(|c| c.first_written);
         self.shared
             .gauges
             .oldest_seconds
             .set(oldest.map_or(0, |t| now_millis().saturating_sub(t) as i64 / 1000));
+        // Segments written since the last read are counted too: the
+        // gauge is what is on disk, also while the sink is down and
+        // nothing is read.
+        let _ = self.reader.refresh();
         self.shared
             .report_size(self.reader.uncommitted_bytes() + self.reader.backlog_bytes());
     }
@@ -573,7 +655,7 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
         }
     }
     let _gone = Gone(shared.clone());
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<ChunkDone>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<RecordDone>();
     let mut st = Draining {
         reader,
         shared: shared.clone(),
@@ -581,6 +663,7 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
         chunks: Default::default(),
         retry: Vec::new(),
         failed: 0,
+        damage: shared.metrics.damage_reporter(),
     };
     let mut closed_at: Option<Instant> = None;
     let mut retry_at: Option<Instant> = None;
@@ -612,9 +695,9 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
                 retry_at = Some(Instant::now() + Duration::from_secs(1));
             } else {
                 retry_at = None;
-                for key in std::mem::take(&mut st.retry) {
-                    if let Some((_, chunk)) = st.chunks.get(&key) {
-                        dispatch(chunk, sink.as_ref(), &sink_tx, &source, &done_tx, &shared);
+                for (key, index) in std::mem::take(&mut st.retry) {
+                    if let Some(f) = st.chunks.get(&key) {
+                        dispatch(f, Some(index), sink.as_ref(), &sink_tx, &source, &done_tx);
                     }
                 }
             }
@@ -625,10 +708,14 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
                 Ok(Some(chunk)) => {
                     read_any = true;
                     st.bytes += chunk.buf.len();
-                    let first_written =
-                        dispatch(&chunk, sink.as_ref(), &sink_tx, &source, &done_tx, &shared);
-                    st.chunks
-                        .insert((chunk.segment, chunk.start), (first_written, chunk));
+                    let key = (chunk.segment, chunk.start);
+                    let f = read_chunk(chunk, sink.as_ref(), &shared, &mut st.reader);
+                    dispatch(&f, None, sink.as_ref(), &sink_tx, &source, &done_tx);
+                    if f.left == 0 {
+                        st.bytes = st.bytes.saturating_sub(f.chunk.buf.len());
+                    } else {
+                        st.chunks.insert(key, f);
+                    }
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -649,7 +736,7 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
     // The sink finishes what it holds once its queue closes.
     drop(sink_tx);
     if st.failed > 0 {
-        tracing::info!(sink = %shared.metrics.health_key(), chunks = st.failed, "disk buffer: data the sink did not deliver stays in the buffer for the next start");
+        tracing::info!(sink = %shared.metrics.health_key(), records = st.failed, "disk buffer: data the sink did not deliver stays in the buffer for the next start");
     }
     if let Err(e) = st.reader.maintain(true) {
         tracing::warn!(sink = %shared.metrics.health_key(), error = %e, "cannot save the disk buffer's read position; delivered data may be sent again after a restart");
@@ -657,63 +744,98 @@ async fn drain(reader: Reader, sink: Arc<dyn Sink>, sink_tx: PayloadSender, shar
     st.report();
 }
 
-/// Turns a chunk's records into payloads for the sink, all answering one
-/// acknowledgement for the chunk; returns when its first record was
-/// written.
-fn dispatch(
-    chunk: &petrel_spool::Chunk,
+/// Reads the records of a chunk: their events, and when the first was
+/// written. A record in a layout this version cannot read (the spool's
+/// checksum passed, so only another version's layout gets here) is
+/// counted, reported as damage and committed as done.
+fn read_chunk(
+    chunk: petrel_spool::Chunk,
     sink: &dyn Sink,
-    tx: &PayloadSender,
-    source: &Arc<SourceInfo>,
-    done_tx: &mpsc::UnboundedSender<ChunkDone>,
     shared: &Shared,
-) -> u64 {
-    let mut records = Vec::with_capacity(chunk.records.len());
+    reader: &mut Reader,
+) -> InFlight {
+    let mut events = Vec::with_capacity(chunk.records.len());
+    let mut first_written = None;
     let mut unreadable = 0u64;
     for r in &chunk.records {
-        match chunk.buf.get(r.clone()).and_then(|b| read_record(b, sink)) {
-            Some(rec) => records.push(rec),
-            None => unreadable += 1,
+        match chunk.buf.get(r.clone()).and_then(|b| record_meta(b, sink)) {
+            Some((written_ms, n)) => {
+                first_written.get_or_insert(written_ms);
+                events.push(Some(n));
+            }
+            None => {
+                unreadable += 1;
+                events.push(None);
+            }
         }
     }
+    let f = InFlight {
+        first_written: first_written.unwrap_or_else(now_millis),
+        left: events.iter().filter(|e| e.is_some()).count(),
+        events,
+        chunk,
+    };
     if unreadable > 0 {
         tracing::error!(sink = %shared.metrics.health_key(), records = unreadable,
             "disk buffer records in an unknown layout (written by another version?) are skipped and counted (error_type=\"buffer_unreadable\")");
         shared.metrics.error("buffer_unreadable", unreadable);
+        for i in 0..f.events.len() {
+            if f.events[i].is_none() {
+                let (start, end) = f.range(i);
+                reader.complete(f.chunk.segment, start, end);
+            }
+        }
     }
-    let events: u64 = records.iter().map(|r| r.events).sum();
-    let first_written = records.first().map_or_else(now_millis, |r| r.written_ms);
-    let ack = BatchAck::start(
-        Arc::new(ChunkAck {
-            tx: done_tx.clone(),
-            segment: chunk.segment,
-            start: chunk.start,
-            end: chunk.end,
-            events,
-            bytes: chunk.buf.len(),
-        }),
-        0,
-    );
-    let parts: Vec<AckPart> = ack.split(records.len());
-    for (rec, ack) in records.into_iter().zip(parts) {
+    f
+}
+
+/// Hands a chunk's records (or only record `only`) to the sink, each
+/// payload with its own acknowledgement, so each is committed once the
+/// sink answered it.
+fn dispatch(
+    f: &InFlight,
+    only: Option<usize>,
+    sink: &dyn Sink,
+    tx: &PayloadSender,
+    source: &Arc<SourceInfo>,
+    done_tx: &mpsc::UnboundedSender<RecordDone>,
+) {
+    let key = (f.chunk.segment, f.chunk.start);
+    let receiver: Arc<dyn AckReceiver> = Arc::new(ChunkAck {
+        tx: done_tx.clone(),
+        chunk: key,
+    });
+    for (i, r) in f.chunk.records.iter().enumerate() {
+        if only.is_some_and(|o| o != i) || f.events[i].is_none() {
+            continue;
+        }
+        // Read back again for each dispatch: the chunk keeps only bytes.
+        let Some(rec) = f
+            .chunk
+            .buf
+            .get(r.clone())
+            .and_then(|b| read_record(b, sink))
+        else {
+            continue;
+        };
         let payload = Payload {
             data: rec.data,
             events: rec.events,
             input_bytes: rec.input_bytes,
             source: source.clone(),
-            ack,
+            ack: BatchAck::start(receiver.clone(), i as u64),
             charge: MemoryCharge::none(),
         };
         // Fails only when the sink has stopped; the part then answers as
-        // undelivered and the chunk stays for the next start.
+        // undelivered and the record stays for the next start.
         let _ = tx.send(payload);
     }
-    first_written
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use petrel_core::AckPart;
 
     struct Plain;
     impl Sink for Plain {

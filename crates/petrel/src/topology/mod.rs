@@ -197,6 +197,10 @@ pub struct Applied {
     pub removed: Vec<String>,
     /// Pipelines left running untouched.
     pub unchanged: usize,
+    /// Pipelines whose new configuration could not be built or started,
+    /// with why: each keeps running with its old configuration (an added
+    /// one is not started).
+    pub failed: Vec<(String, String)>,
 }
 
 /// A running set of pipelines.
@@ -234,13 +238,24 @@ impl Topology {
             meta: vec![(Key::Borrowed("host"), hostname())].into(),
             budget,
         };
-        t.apply(pipelines)?;
+        let applied = t.apply(pipelines)?;
+        // At start a pipeline that cannot be built is an error of the
+        // whole start, as an invalid configuration is.
+        if let Some((name, why)) = applied.failed.into_iter().next() {
+            anyhow::bail!("pipeline {name}: {why}");
+        }
         Ok(t)
     }
 
-    /// Makes `pipelines` the running set. Everything is built before
-    /// anything is stopped: if a component cannot be built, the running
-    /// pipelines stay as they are and the error is returned.
+    /// Makes `pipelines` the running set, one pipeline at a time: each
+    /// changed or added pipeline is built before its old version is
+    /// stopped, and a pipeline whose new configuration cannot be built or
+    /// started keeps running with its old one (an added one is not
+    /// started). Such a failure is in [`Applied::failed`], in the log, in
+    /// `/health` (`<pipeline>/reload`, degraded until a reload of that
+    /// pipeline succeeds) and in `petrel_reload_failures_total`; it never
+    /// stops another pipeline. The error is for what stopping left
+    /// undone.
     pub fn apply(&mut self, pipelines: Vec<PipelineConfig>) -> anyhow::Result<Applied> {
         let mut applied = Applied::default();
         let mut build = Vec::new();
@@ -261,23 +276,23 @@ impl Topology {
             match self.pipelines.get(&p.name) {
                 Some(r) if r.config.text == p.text && *r.own_outputs == outputs => {
                     applied.unchanged += 1;
+                    // Running as configured: an earlier failure is over.
+                    self.metrics.health.recovered(&format!("{}/reload", p.name));
                 }
-                Some(_) => {
-                    applied.changed.push(p.name.clone());
-                    build.push((p, outputs));
-                }
-                None => {
-                    applied.added.push(p.name.clone());
-                    build.push((p, outputs));
-                }
+                Some(_) => build.push((p, outputs, true)),
+                None => build.push((p, outputs, false)),
             }
         }
         let mut built = Vec::new();
-        for (p, outputs) in build {
-            built.push(self.build(p, outputs)?);
+        for (p, outputs, changed) in build {
+            let name = p.name.clone();
+            match self.build(p, outputs) {
+                Ok(b) => built.push((b, changed)),
+                Err(e) => self.reload_failed(&mut applied, &name, changed, &e),
+            }
         }
         let mut stop_error = None;
-        for name in applied.removed.iter().chain(&applied.changed) {
+        for name in &applied.removed {
             if let Some(p) = self.pipelines.remove(name) {
                 if let Err(e) = self.stop_pipeline(p) {
                     tracing::error!(pipeline = %name, error = %e, "pipeline did not stop cleanly");
@@ -291,14 +306,94 @@ impl Topology {
         let per_pipeline = (self.opts.memory_limit / count.max(1))
             .max(MIN_PIPELINE_BUDGET)
             .min(self.opts.memory_limit);
-        for b in built {
+        for (b, changed) in built {
             let name = b.config.name.clone();
-            let running = self.launch(b, per_pipeline)?;
-            self.pipelines.insert(name, running);
+            // The old version is drained first: the new one reads its
+            // sources' offsets and opens its disk buffers after it.
+            let old = self.pipelines.remove(&name).map(|old| {
+                let config = old.config.clone();
+                let outputs = old.own_outputs.clone();
+                if let Err(e) = self.stop_pipeline(old) {
+                    tracing::error!(pipeline = %name, error = %e, "pipeline did not stop cleanly");
+                    stop_error = Some(e);
+                }
+                (config, outputs)
+            });
+            match self.launch(b, per_pipeline) {
+                Ok(running) => {
+                    self.metrics.health.forget_prefix(&format!("{name}/"));
+                    self.pipelines.insert(name.clone(), running);
+                    if changed {
+                        applied.changed.push(name);
+                    } else {
+                        applied.added.push(name);
+                    }
+                }
+                Err(e) => {
+                    self.reload_failed(&mut applied, &name, changed, &e);
+                    if let Some((config, outputs)) = old {
+                        self.restore(config, &outputs, per_pipeline);
+                    }
+                }
+            }
         }
         match stop_error {
             Some(e) => Err(e),
             None => Ok(applied),
+        }
+    }
+
+    /// Books a pipeline whose new configuration failed: logged, counted,
+    /// in `/health`.
+    fn reload_failed(&self, applied: &mut Applied, name: &str, changed: bool, e: &anyhow::Error) {
+        let why = format!("{e:#}");
+        if changed {
+            tracing::error!(pipeline = %name, error = %why, "the changed pipeline cannot be started; it keeps running with its previous configuration");
+        } else {
+            tracing::error!(pipeline = %name, error = %why, "the new pipeline cannot be started");
+        }
+        self.metrics
+            .named_counters(
+                "reload_failures",
+                "Pipelines whose changed configuration was refused by a reload (the pipeline keeps its previous configuration)",
+            )
+            .get_or_create(&vec![("pipeline".to_string(), name.to_string())])
+            .inc();
+        self.metrics.health.degraded(
+            &format!("{name}/reload"),
+            format!(
+                "the last reload could not apply this pipeline's configuration ({}): {why}",
+                if changed {
+                    "it runs with its previous one"
+                } else {
+                    "it is not started"
+                }
+            ),
+        );
+        applied.failed.push((name.to_string(), why));
+    }
+
+    /// Starts a pipeline's previous configuration again after its new one
+    /// failed to start.
+    fn restore(&mut self, config: PipelineConfig, outputs: &[PathBuf], per_pipeline: usize) {
+        let name = config.name.clone();
+        let started = self
+            .build(config, outputs.to_vec())
+            .and_then(|b| self.launch(b, per_pipeline));
+        match started {
+            Ok(running) => {
+                tracing::info!(pipeline = %name, "pipeline restarted with its previous configuration");
+                self.pipelines.insert(name, running);
+            }
+            Err(e) => {
+                tracing::error!(pipeline = %name, error = %format!("{e:#}"), "the previous configuration cannot be started again either: the pipeline is stopped");
+                self.metrics.health.fatal(
+                    &format!("{name}/reload"),
+                    format!(
+                        "stopped: neither its new nor its previous configuration starts: {e:#}"
+                    ),
+                );
+            }
         }
     }
 
@@ -319,6 +414,11 @@ impl Topology {
             let sink = c
                 .build_with(m.clone(), &engine)
                 .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
+            if let Some(crate::config::SinkBuffer::Disk { .. }) = p.sink_buffers.get(i) {
+                let dir = buffer::buffer_dir(&self.opts.data_dir, &p.name, id);
+                buffer::precheck(&dir, c.type_name())
+                    .map_err(|e| anyhow::anyhow!("pipeline {} sink {id}: {e}", p.name))?;
+            }
             sinks.push(BuiltSink {
                 id: id.clone(),
                 type_name: c.type_name(),

@@ -878,3 +878,17 @@ pub fn wait_child(child: &mut Child, what: &str) -> ExitStatus {
         Err(e) => Err(e.to_string()),
     })
 }
+
+/// A process's resident memory from `/proc/<pid>/status`, in bytes:
+/// `VmRSS` now, or `VmHWM` (its peak) with `peak`.
+pub fn proc_rss(pid: u32, peak: bool) -> u64 {
+    let key = if peak { "VmHWM:" } else { "VmRSS:" };
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}

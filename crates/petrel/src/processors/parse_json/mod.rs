@@ -340,7 +340,7 @@ struct Ctx<'c> {
 /// Deepest nesting accepted. sonic-rs allows 255 levels, which is more stack
 /// than a 2 MiB thread has in debug builds (about 23 KiB per level there,
 /// well under 1 KiB in release); logs never nest anywhere near this deep.
-const MAX_DEPTH: usize = 64;
+const MAX_DEPTH: usize = petrel_core::json::MAX_JSON_DEPTH;
 
 impl Ctx<'_> {
     /// Enters an array or object; fails past [`MAX_DEPTH`].

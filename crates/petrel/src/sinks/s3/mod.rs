@@ -279,7 +279,19 @@ impl S3Config {
             }
         };
         let key_prefix = match map.get("key_prefix") {
-            Some(n) => TimeTemplate::parse(n.as_str()?, n, "key_prefix")?,
+            Some(n) => {
+                let text = n.as_str()?;
+                // A `..` segment makes a key that names a place outside
+                // the prefix for every store that maps keys to paths (a
+                // POSIX-backed gateway, `aws s3 sync` to a disk).
+                if text.split('/').any(|seg| seg == "..") || text.starts_with('/') {
+                    n.error(format!(
+                        "`key_prefix` must stay inside the bucket's key space: no `..` segment and no leading `/` (got `{text}`)"
+                    ));
+                    return None;
+                }
+                TimeTemplate::parse(text, n, "key_prefix")?
+            }
             None => TimeTemplate::parse("date=%F/", map.node(), "key_prefix")?,
         };
         let filename_time_format = match map.get("filename_time_format") {
@@ -729,6 +741,11 @@ mod tests {
     fn config_errors_name_the_key() {
         let e = config("bucket: logs\nssekms_key_id: k").expect_err("needs aws:kms");
         assert!(e.contains("server_side_encryption: aws:kms"), "{e}");
+        for bad in ["../x/", "logs/../../etc/", "/abs/", "a/.."] {
+            let e = config(&format!("bucket: logs\nkey_prefix: \"{bad}\"")).expect_err(bad);
+            assert!(e.contains("`..` segment"), "{bad}: {e}");
+        }
+        assert!(config("bucket: logs\nkey_prefix: \"a..b/..c/\"").is_ok());
         let e = config("bucket: logs\nkey_prefix: \"%Q/\"").expect_err("bad conversion");
         assert!(e.contains("`%Q`") && e.contains("key_prefix"), "{e}");
         let e = config("bucket: a/b").expect_err("a path");

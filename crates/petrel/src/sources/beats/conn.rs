@@ -93,7 +93,15 @@ fn frame(b: &[u8], max: usize) -> Result<Option<(u8, usize, Frame)>, Bad> {
             let (Some(seq), Some(len)) = (u32_at(2), u32_at(6)) else {
                 return Ok(None);
             };
-            Ok(sized(10, len)?.map(|end| {
+            let end = sized(10, len)?;
+            // Refused when it arrives, as other invalid data: the parser
+            // could only keep it as one unparsed message.
+            if end.is_some_and(|end| {
+                petrel_core::json::nesting_exceeds(&b[10..end], petrel_core::json::MAX_JSON_DEPTH)
+            }) {
+                return Err(Bad::Invalid("a JSON event nested deeper than 64 levels"));
+            }
+            Ok(end.map(|end| {
                 (
                     version,
                     end,

@@ -23,7 +23,14 @@ const MAX_HANDSHAKE_BYTES: usize = 64 << 10;
 
 /// Chunks whose acknowledgement is pending on one connection; a client
 /// with more in flight waits (its writes stop being read).
-const MAX_PENDING_ACKS: usize = 1024;
+const MAX_PENDING_ACKS: usize = 256;
+
+/// The longest `chunk` id taken. Clients send 16 random bytes in base64
+/// (24 characters: Fluentd, Fluent Bit, the fluent-logger libraries); a
+/// longer id is refused with its message, so what a connection keeps for
+/// its pending acknowledgements stays within MAX_PENDING_ACKS × this
+/// (64 KiB) whatever the client sends.
+pub(super) const MAX_CHUNK_ID: usize = 256;
 
 /// What every connection of a source shares.
 pub(super) struct Shared {
@@ -70,7 +77,8 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
         }
     }
     let (ack_tx, ack_rx) = mpsc::channel(MAX_PENDING_ACKS);
-    let writer = tokio::spawn(write_acks(wr, ack_rx));
+    let writer = tokio::spawn(write_acks(wr, ack_rx, idle, sh.clone(), peer.clone()));
+    let writer_abort = writer.abort_handle();
     let mut pending: Vec<Span> = Vec::new();
     let mut pos = 0usize;
     // Do not look for the end of the message at `pos` before the buffer
@@ -129,6 +137,16 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
             want = 0;
             let start = pos;
             pos += m.len;
+            if m.chunk.as_ref().is_some_and(|r| r.len() > MAX_CHUNK_ID) {
+                refuse(
+                    &sh,
+                    &peer,
+                    &sh.counters.chunk_id_too_long,
+                    "a chunk id longer than 256 bytes",
+                );
+                close = true;
+                break;
+            }
             let chunk = m
                 .chunk
                 .as_ref()
@@ -220,7 +238,11 @@ pub(super) async fn serve(c: Connection, sh: Arc<Shared>) {
     // Acknowledgements of what was accepted are still written, while the
     // client listens.
     drop(ack_tx);
-    let _ = tokio::time::timeout(idle, writer).await;
+    if tokio::time::timeout(idle, writer).await.is_err() {
+        // A client that stopped reading: its acknowledgements and the
+        // socket are let go, not kept until it reads.
+        writer_abort.abort();
+    }
     counters.connections.dec();
 }
 
@@ -263,10 +285,16 @@ fn refuse(sh: &Shared, peer: &str, counter: &petrel_core::LazyCounter, why: &str
     tracing::warn!(source = %sh.key, %peer, reason = why, "fluent: refused a message; closing the connection (its earlier messages are kept)");
 }
 
-/// Writes `{"ack": chunk}` for each chunk once it is safe, in order.
+/// Writes `{"ack": chunk}` for each chunk once it is safe, in order. A
+/// client that does not read its acknowledgements for `idle` (its socket
+/// buffer full) is logged, counted and disconnected: this task ends, the
+/// queue of pending acknowledgements closes, and the connection with it.
 async fn write_acks<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::Receiver<(Bytes, oneshot::Receiver<Admission>)>,
+    idle: Duration,
+    sh: Arc<Shared>,
+    peer: Arc<str>,
 ) {
     let mut out = Vec::with_capacity(64);
     while let Some((chunk, done)) = rx.recv().await {
@@ -281,8 +309,15 @@ async fn write_acks<W: AsyncWrite + Unpin>(
         let _ = rmp::encode::write_str(&mut out, "ack");
         let _ = rmp::encode::write_str_len(&mut out, chunk.len() as u32);
         out.extend_from_slice(&chunk);
-        if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
-            return;
+        let written = async { wr.write_all(&out).await.and(wr.flush().await) };
+        match tokio::time::timeout(idle, written).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                sh.counters.acks_not_read.inc();
+                tracing::warn!(source = %sh.key, %peer, "fluent: the client does not read its acknowledgements; connection closed (its unacknowledged chunks are sent again by the client)");
+                return;
+            }
         }
     }
 }

@@ -237,6 +237,11 @@ pub(crate) struct FluentCounters {
     pub inflate_failed: LazyCounter,
     /// Failed handshakes.
     pub handshake_failed: LazyCounter,
+    /// Messages refused for a chunk id over `conn::MAX_CHUNK_ID`.
+    pub chunk_id_too_long: LazyCounter,
+    /// Connections closed because the client did not read its
+    /// acknowledgements.
+    pub acks_not_read: LazyCounter,
 }
 
 impl petrel_core::plugin::SourceConfig for FluentSourceConfig {
@@ -255,6 +260,8 @@ impl petrel_core::plugin::SourceConfig for FluentSourceConfig {
             too_large: ctx.metrics.error_counter("entry_too_large"),
             inflate_failed: ctx.metrics.error_counter("decompression_failed"),
             handshake_failed: ctx.metrics.error_counter("handshake_failed"),
+            chunk_id_too_long: ctx.metrics.error_counter("chunk_id_too_long"),
+            acks_not_read: ctx.metrics.error_counter("acks_not_read"),
         };
         let shared = Arc::new(conn::Shared {
             max: self.max_entry_bytes,

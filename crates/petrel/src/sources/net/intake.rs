@@ -326,8 +326,7 @@ fn start_with(
                 budget: ctx.budget.clone(),
                 flags: flags.clone(),
                 counters: counters.clone(),
-                corrupt_seen: 0,
-                damaged_seen: 0,
+                damage: ctx.metrics.damage_reporter(),
             };
             let rh = std::thread::Builder::new()
                 .name(format!("petrel-spool-{source_type}"))
@@ -426,8 +425,7 @@ pub fn start_spool_reader(
         budget: ctx.budget.clone(),
         flags: flags.clone(),
         counters,
-        corrupt_seen: 0,
-        damaged_seen: 0,
+        damage: ctx.metrics.damage_reporter(),
     };
     let h = std::thread::Builder::new()
         .name(format!("petrel-spool-{source_type}"))
@@ -1034,8 +1032,8 @@ struct SpoolReader {
     budget: Arc<PipelineBudget>,
     flags: Arc<Flags>,
     counters: Counters,
-    corrupt_seen: u64,
-    damaged_seen: u64,
+    /// Logs, counts and reports damage the reader found.
+    damage: petrel_core::DamageReporter,
 }
 
 impl SpoolReader {
@@ -1052,25 +1050,16 @@ impl SpoolReader {
                 }
                 self.counters.spool_errors.inc();
             }
-            let corrupt = self.reader.corrupt_bytes();
-            if corrupt > self.corrupt_seen {
-                let damaged = self.reader.damaged_records();
-                tracing::error!(
-                    spool = %self.reader.dir().display(),
-                    bytes = corrupt - self.corrupt_seen,
-                    damaged_records = damaged - self.damaged_seen,
-                    quarantine = %self.reader.dir().join(petrel_spool::QUARANTINE_DIR).display(),
-                    "a spool segment holds a torn or damaged record (crash mid-write, or damage on disk); the bytes up to the next valid record were skipped, the other records kept, and a damaged segment is moved to the quarantine directory once read"
-                );
-                self.counters
-                    .corrupt_bytes
-                    .inc_by(corrupt - self.corrupt_seen);
-                self.counters
-                    .damaged_records
-                    .inc_by(damaged - self.damaged_seen);
-                self.corrupt_seen = corrupt;
-                self.damaged_seen = damaged;
+            // The bytes up to the next valid record are skipped, the other
+            // records kept, and a damaged segment is moved to the
+            // quarantine directory once read.
+            for d in self.reader.take_damage() {
+                self.damage
+                    .report(&d.path, d.offset, d.bytes, d.records, &d.what);
+                self.counters.corrupt_bytes.inc_by(d.bytes);
+                self.counters.damaged_records.inc_by(d.records);
             }
+            self.damage.tick();
             if self.flags.stop.load(Ordering::SeqCst) {
                 break;
             }

@@ -32,11 +32,12 @@ use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use petrel_core::config::Map;
+use petrel_core::plugin::SourceContext;
 use petrel_core::LazyCounter;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::stream::StreamCounters;
 use super::ConnLimits;
 
 /// Longest pause after a failed accept.
@@ -47,6 +48,35 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Request headers must arrive within this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Counters of a stream listener.
+#[derive(Clone)]
+pub struct StreamCounters {
+    /// Open connections.
+    pub connections: Gauge,
+    /// Connections closed at accept: `max_connections` reached.
+    pub refused: LazyCounter,
+    /// Connections closed after `idle_timeout_secs` of silence.
+    pub idle_closed: LazyCounter,
+    /// Read errors and failed TLS handshakes.
+    pub read_errors: LazyCounter,
+    /// TLS handshakes that failed or timed out.
+    pub tls_failed: LazyCounter,
+}
+
+impl StreamCounters {
+    /// The counters of the source of `ctx`.
+    pub fn new(ctx: &SourceContext) -> Self {
+        let m = &ctx.metrics;
+        Self {
+            connections: m.connections_gauge(),
+            refused: m.error_counter("connection_refused"),
+            idle_closed: m.error_counter("idle_timeout"),
+            read_errors: m.error_counter("read_failed"),
+            tls_failed: m.error_counter("tls_handshake_failed"),
+        }
+    }
+}
 
 /// The process's soft limit of open descriptors (read once, after the
 /// agent raised it at start).

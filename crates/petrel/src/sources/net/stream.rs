@@ -7,15 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use petrel_core::plugin::SourceContext;
 use petrel_core::LazyCounter;
 use petrel_core::Span;
-use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::watch;
 
 use super::intake::Intake;
 use super::server::Gate;
+pub use super::server::StreamCounters;
 use super::{now_ns, Block, ConnLimits, ListenAddr};
 
 /// Bytes asked of one read. Large reads keep the per-message cost low
@@ -120,35 +119,6 @@ impl Splitter for LineSplitter {
                     return start;
                 }
             }
-        }
-    }
-}
-
-/// Counters of a stream listener.
-#[derive(Clone)]
-pub struct StreamCounters {
-    /// Open connections.
-    pub connections: Gauge,
-    /// Connections closed at accept: `max_connections` reached.
-    pub refused: LazyCounter,
-    /// Connections closed after `idle_timeout_secs` of silence.
-    pub idle_closed: LazyCounter,
-    /// Read errors and failed TLS handshakes.
-    pub read_errors: LazyCounter,
-    /// TLS handshakes that failed or timed out.
-    pub tls_failed: LazyCounter,
-}
-
-impl StreamCounters {
-    /// The counters of the source of `ctx`.
-    pub fn new(ctx: &SourceContext) -> Self {
-        let m = &ctx.metrics;
-        Self {
-            connections: m.connections_gauge(),
-            refused: m.error_counter("connection_refused"),
-            idle_closed: m.error_counter("idle_timeout"),
-            read_errors: m.error_counter("read_failed"),
-            tls_failed: m.error_counter("tls_handshake_failed"),
         }
     }
 }

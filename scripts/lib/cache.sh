@@ -73,3 +73,18 @@ cache_go_env() {
   export GOPATH="$PETREL_TEST_CACHE/go" GOMODCACHE="$PETREL_TEST_CACHE/go/mod"
   export GOCACHE="$PETREL_TEST_CACHE/go/build" GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false -modcacherw"
 }
+
+# cache_go_install ROOT NAME VERSION PACKAGE RECIPE_FILE...: `go install
+# PACKAGE@VERSION` into the entry NAME-VERSION's bin/ (once per version and
+# recipe), linked from ROOT/.cache/NAME.
+cache_go_install() {
+  local root=$1 name=$2 version=$3 pkg=$4
+  shift 4
+  if ! cache_begin "$name" "$version" "$@"; then
+    command -v go >/dev/null || { echo "$name: go (1.24 or newer) is required" >&2; return 1; }
+    cache_go_env
+    GOBIN="$CACHE_ENTRY/bin" go install "$pkg@$version"
+    cache_done
+  fi
+  cache_link "$root" "$name"
+}

@@ -460,26 +460,17 @@ fn small_records_pipeline(
     (cfg, log, out)
 }
 
-/// Writes `n` lines and waits until the buffer holds them durably: the
-/// file sink has them and the source committed the whole file.
-fn fill_buffer(agent: &Agent, data: &Path, log: &Path, out: &Path, n: usize) {
-    append(log, &numbered(0, n));
-    wait_file_lines(out, n, "the file sink has every line");
-    let size = std::fs::metadata(log).unwrap().len();
-    wait_for(
-        Duration::from_secs(60),
-        "the whole file committed",
-        || match checkpoint_offset(data, log) {
-            Some(o) if o == size => Ok(()),
-            other => Err(format!("checkpoint {other:?} of {size}")),
-        },
-    );
-    assert!(buffer_metric(agent, "petrel_component_buffer_events", "slow") > 0.0);
+/// A pipeline whose http sink's server held every request while its disk
+/// buffer took `n` lines (durably: the file sink has them and the source
+/// committed the whole file), and whose agent was then killed (-9).
+struct HeldBuffer {
+    server: Arc<Stalled>,
+    dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    cfg: std::path::PathBuf,
 }
 
-#[test]
-fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is_delivered() {
-    const N: usize = 20_000;
+fn held_buffer(n: usize) -> HeldBuffer {
     let server = Arc::new(Stalled::default());
     let addr = serve_stalled(server.clone());
     let dir = tempdir();
@@ -487,8 +478,36 @@ fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is
     let (cfg, log, out) =
         small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
     let mut agent = Agent::start(&cfg, &data);
-    fill_buffer(&agent, &data, &log, &out, N);
+    append(&log, &numbered(0, n));
+    wait_file_lines(&out, n, "the file sink has every line");
+    let size = std::fs::metadata(&log).unwrap().len();
+    wait_for(
+        Duration::from_secs(60),
+        "the whole file committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    assert!(buffer_metric(&agent, "petrel_component_buffer_events", "slow") > 0.0);
     agent.kill9();
+    HeldBuffer {
+        server,
+        dir,
+        data,
+        cfg,
+    }
+}
+
+#[test]
+fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is_delivered() {
+    const N: usize = 20_000;
+    let HeldBuffer {
+        server,
+        dir: _dir,
+        data,
+        cfg,
+    } = held_buffer(N);
     // 64 bytes flipped in the middle of the segment, 3,000 cut from its end.
     let seg = buffer_segments(&data, "small", "slow")
         .into_iter()
@@ -557,15 +576,12 @@ fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is
 #[test]
 fn a_damaged_buffer_state_file_never_stops_the_agent_and_never_skips_data() {
     const N: usize = 20_000;
-    let server = Arc::new(Stalled::default());
-    let addr = serve_stalled(server.clone());
-    let dir = tempdir();
-    let data = dir.path().join("data");
-    let (cfg, log, out) =
-        small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
-    let mut agent = Agent::start(&cfg, &data);
-    fill_buffer(&agent, &data, &log, &out, N);
-    agent.kill9();
+    let HeldBuffer {
+        server,
+        dir: _dir,
+        data,
+        cfg,
+    } = held_buffer(N);
     let state = data.join("buffers/small/slow/reader.state");
     // Garbage: the agent starts, says so, and reads the buffer again.
     let junk: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
@@ -722,15 +738,12 @@ fn unread_in_buffer(dir: &Path) -> std::collections::HashSet<String> {
 #[test]
 fn a_kill_9_while_draining_resends_only_what_came_after_the_saved_read_position() {
     const N: usize = 200_000;
-    let server = Arc::new(Stalled::default());
-    let addr = serve_stalled(server.clone());
-    let dir = tempdir();
-    let data = dir.path().join("data");
-    let (cfg, log, out) =
-        small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
-    let mut agent = Agent::start(&cfg, &data);
-    fill_buffer(&agent, &data, &log, &out, N);
-    agent.kill9();
+    let HeldBuffer {
+        server,
+        dir: _dir,
+        data,
+        cfg,
+    } = held_buffer(N);
     server.released.store(true, Ordering::SeqCst);
     let mut agent = Agent::start(&cfg, &data);
     wait_for(

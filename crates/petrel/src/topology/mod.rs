@@ -593,6 +593,17 @@ impl Topology {
         });
     }
 
+    /// The configuration of every running pipeline (cheap clones: the
+    /// parsed components are shared).
+    pub fn configs(&self) -> Vec<PipelineConfig> {
+        self.pipelines.values().map(|p| p.config.clone()).collect()
+    }
+
+    /// The running pipelines' configurations, by name.
+    pub fn running(&self) -> impl Iterator<Item = &PipelineConfig> {
+        self.pipelines.values().map(|p| &p.config)
+    }
+
     /// Names of the agent's threads and sources that died (they never
     /// should: a panic is caught per batch). The process exits non-zero
     /// then.

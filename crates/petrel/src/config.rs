@@ -246,10 +246,7 @@ pub fn load(path: &Path) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
 /// Like [`load`]; with `allow_empty`, a directory without pipeline files
 /// is an empty configuration (an agent whose pipelines all come from its
 /// management server), not an error.
-pub fn load_with(
-    path: &Path,
-    allow_empty: bool,
-) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
+pub fn load_with(path: &Path, allow_empty: bool) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
     let shown: Arc<str> = path.to_string_lossy().into();
     let whole = |msg: String| {
         vec![ConfigError {

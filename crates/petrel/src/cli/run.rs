@@ -177,7 +177,13 @@ enum Control {
 /// The agent file and the OpAMP settings, when the agent is managed.
 fn fleet_settings(
     a: &RunArgs,
-) -> Result<Option<(fleet::agent_file::AgentFile, fleet::agent_file::OpampSettings)>, RunError> {
+) -> Result<
+    Option<(
+        fleet::agent_file::AgentFile,
+        fleet::agent_file::OpampSettings,
+    )>,
+    RunError,
+> {
     let file = match &a.agent_config {
         Some(p) => fleet::agent_file::load(p).map_err(RunError::Config)?,
         None => fleet::agent_file::AgentFile::default(),
@@ -289,7 +295,7 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     let fleet_rx = match fleet.as_mut() {
         Some(f) => {
             f.start_remote(&mut topo);
-            f.start(&rt)
+            f.start(&rt, &topo)
         }
         None => crossbeam_channel::never(),
     };

@@ -713,12 +713,16 @@ mod tests {
             s.managed.unwrap().line(),
             "managed: connected (websocket), remote config 0a1b2c3d4e5f APPLIED"
         );
-        let s = snapshot(&parse_metrics("petrel_opamp_connected{transport=\"none\"} 0\n"));
+        let s = snapshot(&parse_metrics(
+            "petrel_opamp_connected{transport=\"none\"} 0\n",
+        ));
         assert_eq!(
             s.managed.unwrap().line(),
             "managed: disconnected, no remote configuration yet"
         );
-        assert!(snapshot(&parse_metrics("petrel_memory_used_bytes 1\n")).managed.is_none());
+        assert!(snapshot(&parse_metrics("petrel_memory_used_bytes 1\n"))
+            .managed
+            .is_none());
     }
 
     #[test]

@@ -382,7 +382,10 @@ fn parse_limits(m: &Map<'_>) -> Limits {
         "source_types",
         crate::registry::type_names(crate::registry::SOURCES),
     );
-    l.sink_types = types("sink_types", crate::registry::type_names(crate::registry::SINKS));
+    l.sink_types = types(
+        "sink_types",
+        crate::registry::type_names(crate::registry::SINKS),
+    );
     if let Some(n) = m.get("destinations") {
         l.destinations = Vec::new();
         for (d, dn) in n.as_str_list() {
@@ -445,6 +448,9 @@ mod tests {
         assert!(e[2].contains("did you mean `kafka`"), "{e:?}");
         assert!(e[3].contains("host pattern"), "{e:?}");
         let e = parse_text("opamp:\n  endpont: ws://h\n").unwrap_err();
-        assert!(e.iter().any(|l| l.contains("did you mean `endpoint`")), "{e:?}");
+        assert!(
+            e.iter().any(|l| l.contains("did you mean `endpoint`")),
+            "{e:?}"
+        );
     }
 }

@@ -440,7 +440,11 @@ impl Fleet {
 
     /// Starts the OpAMP client on `rt`; what it receives for the main
     /// thread arrives on the returned channel.
-    pub fn start(&mut self, rt: &tokio::runtime::Handle) -> crossbeam_channel::Receiver<FleetMsg> {
+    pub fn start(
+        &mut self,
+        rt: &tokio::runtime::Handle,
+        topo: &Topology,
+    ) -> crossbeam_channel::Receiver<FleetMsg> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let tls = match self.settings.tls.rustls_client_config() {
             Ok(t) => Some(t),
@@ -472,7 +476,10 @@ impl Fleet {
                 | petrel_opamp::caps::REPORTS_PACKAGE_STATUSES,
         );
         self.reporter.set_description(self.description());
-        self.reporter.set_available_components(available_components());
+        self.reporter
+            .set_available_components(available_components());
+        // The first message carries the whole status.
+        self.refresh_health(topo);
         self.counters
             .connected
             .get_or_create(&label("transport", "none"))
@@ -523,7 +530,9 @@ impl Fleet {
         match msg {
             FleetMsg::Offer(rc) => self.apply_offer(rc, topo),
             FleetMsg::Restart => {
-                tracing::info!("the OpAMP server asked for a restart: reloading the configuration in-process");
+                tracing::info!(
+                    "the OpAMP server asked for a restart: reloading the configuration in-process"
+                );
                 reload(topo, self);
             }
         }
@@ -581,8 +590,14 @@ impl Fleet {
     }
 
     fn refuse_all(&mut self, hash: &[u8], reason: &'static str, why: String) {
-        tracing::error!(reason, "remote configuration refused, nothing of it applied: {why}");
-        self.counters.refused.get_or_create(&label("reason", reason)).inc();
+        tracing::error!(
+            reason,
+            "remote configuration refused, nothing of it applied: {why}"
+        );
+        self.counters
+            .refused
+            .get_or_create(&label("reason", reason))
+            .inc();
         self.counters
             .applies
             .get_or_create(&label("result", "failed"))
@@ -657,7 +672,11 @@ impl Fleet {
             let ct = f.content_type.split(';').next().unwrap_or("").trim();
             if !matches!(
                 ct,
-                "" | "text/yaml" | "application/yaml" | "application/x-yaml" | "text/x-yaml" | "text/plain"
+                "" | "text/yaml"
+                    | "application/yaml"
+                    | "application/x-yaml"
+                    | "text/x-yaml"
+                    | "text/plain"
             ) {
                 failed.insert(
                     name,
@@ -820,7 +839,11 @@ impl Fleet {
                 }
                 self.roll_back(&name, &why, topo);
             }
-            if self.watch.as_ref().is_some_and(|w| Instant::now() >= w.until) {
+            if self
+                .watch
+                .as_ref()
+                .is_some_and(|w| Instant::now() >= w.until)
+            {
                 self.finish_watch(topo);
             }
         }
@@ -1012,7 +1035,10 @@ pub fn health_tree<'a>(
     for p in running {
         let mut n = node("ok", "");
         let kinds = [
-            ("source", p.sources.iter().map(|(i, _)| i).collect::<Vec<_>>()),
+            (
+                "source",
+                p.sources.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            ),
             ("processor", p.processors.iter().map(|(i, _)| i).collect()),
             ("sink", p.sinks.iter().map(|(i, _)| i).collect()),
         ];
@@ -1023,8 +1049,10 @@ pub fn health_tree<'a>(
             }
         }
         if is_remote(p) {
-            n.component_health_map
-                .insert("remote_config".into(), remote_node(remote.get(&p.name), &node));
+            n.component_health_map.insert(
+                "remote_config".into(),
+                remote_node(remote.get(&p.name), &node),
+            );
         }
         pipelines.insert(p.name.clone(), n);
     }
@@ -1075,7 +1103,8 @@ pub fn health_tree<'a>(
     }
     root.healthy = matches!(root.status.as_str(), "ok" | "degraded" | "failing");
     for (name, n) in pipelines {
-        root.component_health_map.insert(format!("pipeline:{name}"), n);
+        root.component_health_map
+            .insert(format!("pipeline:{name}"), n);
     }
     root
 }
@@ -1135,7 +1164,10 @@ pub fn available_components() -> proto::AvailableComponents {
     let mut h = sha2::Sha256::new();
     let mut components = BTreeMap::new();
     for (kind, names) in [
-        ("sources", crate::registry::type_names(crate::registry::SOURCES)),
+        (
+            "sources",
+            crate::registry::type_names(crate::registry::SOURCES),
+        ),
         (
             "processors",
             crate::registry::type_names(crate::registry::PROCESSORS),
@@ -1202,8 +1234,15 @@ async fn bridge(
                 // Kept at 0 (not removed), so that `petrel top` tells a
                 // managed agent that is disconnected from one that is not
                 // managed.
-                let last = if v.transport.is_empty() { "none" } else { v.transport.as_str() };
-                counters.connected.get_or_create(&label("transport", last)).set(0);
+                let last = if v.transport.is_empty() {
+                    "none"
+                } else {
+                    v.transport.as_str()
+                };
+                counters
+                    .connected
+                    .get_or_create(&label("transport", last))
+                    .set(0);
                 v.connected = false;
                 v.last_error = why;
             }
@@ -1289,7 +1328,15 @@ mod tests {
     fn keys_name_pipelines() {
         assert_eq!(pipeline_name("app.yaml"), Ok("app"));
         assert_eq!(pipeline_name("a-b_c.1.yml"), Ok("a-b_c.1"));
-        for bad in ["app", "../x.yaml", ".hidden.yaml", "a/b.yaml", ".yaml", "t.test.yaml", ""] {
+        for bad in [
+            "app",
+            "../x.yaml",
+            ".hidden.yaml",
+            "a/b.yaml",
+            ".yaml",
+            "t.test.yaml",
+            "",
+        ] {
             assert!(pipeline_name(bad).is_err(), "{bad}");
         }
     }

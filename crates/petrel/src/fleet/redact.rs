@@ -68,7 +68,11 @@ fn collect(node: &YamlNode, text: &str, secret: bool, flow: bool, out: &mut Vec<
     match node {
         YamlNode::Scalar(s) => {
             if secret {
-                match s.span().start().and_then(|m| value_end(text, m.character(), flow)) {
+                match s
+                    .span()
+                    .start()
+                    .and_then(|m| value_end(text, m.character(), flow))
+                {
                     Some(r) => out.push(r),
                     // Unknown extent: a marker the splice refuses.
                     None => out.push((usize::MAX, usize::MAX)),
@@ -91,9 +95,10 @@ fn collect(node: &YamlNode, text: &str, secret: bool, flow: bool, out: &mut Vec<
 }
 
 fn byte_at(text: &str, ch: usize) -> Option<usize> {
-    text.char_indices().nth(ch).map(|(b, _)| b).or_else(|| {
-        (text.chars().count() == ch).then_some(text.len())
-    })
+    text.char_indices()
+        .nth(ch)
+        .map(|(b, _)| b)
+        .or_else(|| (text.chars().count() == ch).then_some(text.len()))
 }
 
 fn opens_flow(text: &str, ch: Option<usize>) -> bool {
@@ -173,7 +178,11 @@ fn continues(after: &str, text: &str, start: usize) -> bool {
     };
     let t = next.trim_start();
     let next_indent = next.len() - t.len();
-    !t.is_empty() && !t.starts_with('#') && next_indent > indent && !t.contains(": ") && !t.starts_with("- ")
+    !t.is_empty()
+        && !t.starts_with('#')
+        && next_indent > indent
+        && !t.contains(": ")
+        && !t.starts_with("- ")
 }
 
 fn splice(text: &str, spans: &mut [(usize, usize)]) -> Option<String> {

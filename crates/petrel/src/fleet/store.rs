@@ -252,14 +252,20 @@ mod tests {
         std::fs::write(s.dir.join("a.yml"), "old").unwrap();
         s.commit("a.yaml", "a").unwrap();
         assert_eq!(
-            list(&s.dir).iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            list(&s.dir)
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
             vec!["a.yaml"]
         );
         s.promote().unwrap();
         s.remove("a").unwrap();
         assert!(list(&s.dir).is_empty());
         s.revert().unwrap();
-        assert_eq!(std::fs::read_to_string(s.dir.join("a.yaml")).unwrap(), "x: 1\n");
+        assert_eq!(
+            std::fs::read_to_string(s.dir.join("a.yaml")).unwrap(),
+            "x: 1\n"
+        );
         let s2 = Store::open(d.path(), None).unwrap();
         assert_eq!(s2.state.pending.unwrap().starts, 2);
         assert_eq!(s2.key_of("a").as_deref(), Some("a.yaml"));

@@ -180,7 +180,7 @@ impl Template {
                                 }
                                 None => {}
                             },
-                            None => match batch.source.field(name) {
+                            None => match batch.meta_field(ev, name) {
                                 Some(b) if !b.is_empty() => {
                                     out.push_str(&String::from_utf8_lossy(b));
                                     continue;
@@ -358,7 +358,7 @@ fn render_value(
     stats: &mut EncodeStats,
 ) -> bool {
     let value = ev.get_path(name);
-    let meta = || batch.source.field(name).filter(|b| !b.is_empty());
+    let meta = || batch.meta_field(ev, name).filter(|b| !b.is_empty());
     match first {
         Some(Filter::Time(fmt)) => {
             let ns = if name == "timestamp" {

@@ -890,7 +890,7 @@ fn processor_chain_regex_timestamp_filter_fields_mask() {
          \x20 - type: parse_timestamp\n    id: ts\n    field: time\n    format: '%Y-%m-%d %H:%M:%S%.f'\n\
          \x20 - type: filter\n    id: nodebug\n    exclude:\n      level: '^debug$'\n\
          \x20 - type: fields\n    id: shape\n    copy: {{ level: severity }}\n    rename: {{ log: msg }}\n    add:\n      env: e2e\n      replicas: 3\n    remove: [line, time, file]\n\
-         \x20 - type: mask\n    id: maskpid\n    field: pid\n    pattern: '^(\\d{{2}})\\d+$'\n    replace: '${{1}}****'\n\
+         \x20 - type: mask\n    id: maskpid\n    field: pid\n    pattern: '^(\\d{{2}})\\d+$'\n    replace: '$${{1}}****'\n\
          \x20 - type: mask\n    id: maskmsg\n    field: msg\n    pattern: '[0-9]+'\n    replace: \"***\"\n",
         parse_regex_yaml("rx", "")
     );

@@ -44,6 +44,11 @@ pub const KEYS: &[&str] = &[
     "max_buffered_bytes",
     "exactly_once",
     "transactional_id",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -131,6 +136,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"petrel-<host>-<pipeline>-<sink id>"#),
         doc: r#"With `exactly_once`: the producer's `transactional.id`. It must stay the same across restarts of one instance (a restart then aborts the transaction a crash left open at once, instead of after its 60 s timeout) and differ between instances; set it when instances share a host name."#,
     },
+    crate::sinks::METADATA_DOC,
+    crate::sinks::ONLY_FIELDS_DOC,
+    crate::sinks::EXCEPT_FIELDS_DOC,
+    crate::sinks::TIMESTAMP_FORMAT_DOC,
+    crate::sinks::TIMESTAMP_KEY_DOC,
 ];
 
 /// Largest default of `max_buffered_bytes`: a few librdkafka batches

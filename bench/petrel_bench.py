@@ -83,6 +83,12 @@ PARSE = {
     # bench/transforms.sh, `remap` rows (issue 32). The native equivalent
     # of the program: Petrel's `fields` has no upcase, so it sets `level`
     # to a new string, which is the write the program makes.
+    # bench/output_layouts.sh (issue 41): the source's `host` and `file`
+    # removed by a processor.
+    "json512-rmhostfile": {"processors": [
+        "- type: parse_json",
+        "- type: fields\n    remove: [host, file]",
+    ]},
     "json512-fields": {"processors": [
         "- type: parse_json",
         "- type: fields\n    add: {level: INFO}",
@@ -131,6 +137,12 @@ def write_pipeline(path, log_file, sink, read_from, parse=None, sink_path=None):
         # /dev/null unless a real output file is given (throughput --sink-dir).
         sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
                      f"    encoding: {sink}\n")
+    elif sink == "ndjson-ecs3":
+        # bench/output_layouts.sh (issue 41): the ecs layout, three fields
+        # left out.
+        sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
+                     "    encoding: ndjson\n    metadata: { layout: ecs }\n"
+                     "    except_fields: [pid, line, level]\n")
     elif sink == "template":
         # The text encoding with a line template of four fields (a time
         # filter, two source fields, the message), as /var/log/messages.

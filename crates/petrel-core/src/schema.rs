@@ -1208,6 +1208,9 @@ pub fn reference_table() -> String {
         out
     };
     let cell = |name: &str| -> String {
+        if name == "—" {
+            return name.to_string();
+        }
         match name.strip_suffix(".*") {
             Some(f) => format!("`{f}.`*key*"),
             None => format!("`{name}`"),

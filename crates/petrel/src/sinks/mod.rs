@@ -12,6 +12,7 @@ pub mod driver;
 #[cfg(feature = "elasticsearch")]
 pub mod elasticsearch;
 pub mod file;
+pub mod files;
 pub mod http;
 pub mod kafka;
 #[cfg(feature = "loki")]

@@ -459,7 +459,7 @@ def cmd_throughput(a):
     # checked after the run and always deleted (1 GiB outputs must not pile
     # up in RAM).
     sink_path = None
-    if a.sink_dir and a.sink.removesuffix(DISK_BUFFER) in ("text", "ndjson", "template"):
+    if a.sink_dir and a.sink.removesuffix(DISK_BUFFER) in ("text", "ndjson", "ndjson-ecs3", "template"):
         os.makedirs(a.sink_dir, exist_ok=True)
         sink_path = os.path.join(os.path.abspath(a.sink_dir),
                                  f"sink-{os.getpid()}.{a.sink.removesuffix(DISK_BUFFER)}")
@@ -586,7 +586,7 @@ def run_throughput(a, workdir, data_dir, cfg, read_path, size, sink_path):
         "stop_s": stop_s, "polls": polls,
         "busy_before": busy_before, "other_cpu_s": max(other, 0.0),
         "tap": a.tap, "tap_skipped": int(tap_skipped),
-        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson", "template") else None),
+        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson", "ndjson-ecs3", "template") else None),
         "sink_bytes": sink_bytes, "sink_lines": sink_lines,
     })
 

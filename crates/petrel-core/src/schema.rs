@@ -349,7 +349,7 @@ pub const NAMES: &[NameRow] = &[
         flat: "k8s.labels.*",
         names: [
             "kubernetes.labels.*",
-            "k8s.pod.labels.*",
+            "k8s.pod.label.*",
             "kubernetes.labels.*",
             "kubernetes.pod_labels.*",
         ],
@@ -360,7 +360,7 @@ pub const NAMES: &[NameRow] = &[
         flat: "k8s.annotations.*",
         names: [
             "kubernetes.annotations.*",
-            "k8s.pod.annotations.*",
+            "k8s.pod.annotation.*",
             "kubernetes.annotations.*",
             "kubernetes.pod_annotations.*",
         ],
@@ -371,7 +371,7 @@ pub const NAMES: &[NameRow] = &[
         flat: "k8s.namespace_labels.*",
         names: [
             "kubernetes.namespace_labels.*",
-            "k8s.namespace.labels.*",
+            "k8s.namespace.label.*",
             "kubernetes_namespace.labels.*",
             "kubernetes.namespace_labels.*",
         ],
@@ -382,7 +382,7 @@ pub const NAMES: &[NameRow] = &[
         flat: "k8s.namespace_annotations.*",
         names: [
             "kubernetes.namespace_annotations.*",
-            "k8s.namespace.annotations.*",
+            "k8s.namespace.annotation.*",
             "kubernetes_namespace.annotations.*",
             "kubernetes.namespace_annotations.*",
         ],
@@ -393,7 +393,7 @@ pub const NAMES: &[NameRow] = &[
         flat: "k8s.node_labels.*",
         names: [
             "kubernetes.node.labels.*",
-            "k8s.node.labels.*",
+            "k8s.node.label.*",
             "kubernetes.node_labels.*",
             "kubernetes.node_labels.*",
         ],
@@ -1369,7 +1369,7 @@ mod tests {
         };
         assert_eq!(
             json(&otel, &b, 0),
-            r#"{"message":"hello","log.file.path":"/var/log/a.log","host.name":"n1","k8s.pod.name":"web-1","k8s.pod.labels.app":"web","k8s.pod.labels.app.kubernetes.io/name":"shop","timestamp":1000000123}"#
+            r#"{"message":"hello","log.file.path":"/var/log/a.log","host.name":"n1","k8s.pod.name":"web-1","k8s.pod.label.app":"web","k8s.pod.label.app.kubernetes.io/name":"shop","timestamp":1000000123}"#
         );
         let fb = Output {
             layout: Layout::FluentBit,

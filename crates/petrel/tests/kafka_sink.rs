@@ -649,7 +649,7 @@ fn headers_from_fields() {
     let log = dir.path().join("app.log");
     append(
         &log,
-        b"{\"trace\":\"t-1\",\"n\":1}\n{\"n\":2}\n{\"trace\":\"t-3\",\"n\":3}\n",
+        b"{\"trace\":\"t-1\",\"n\":\"1\"}\n{\"n\":\"2\"}\n{\"trace\":\"t-3\",\"n\":\"3\"}\n",
     );
     create_topic(&broker.bootstrap(), "headers", 1);
     let cfg = kafka_config(

@@ -91,7 +91,9 @@ fn scenario() -> Scenario {
         "/api/v1/namespaces/shop/pods",
         json!({"metadata": {
             "name": "web-7d9f8-x1",
-            "labels": {"app": "web", "app.kubernetes.io/name": "shop"},
+            // As the Deployment controller labels its pods (the Collector
+            // derives the deployment's name from it).
+            "labels": {"app": "web", "app.kubernetes.io/name": "shop", "pod-template-hash": "7d9f8"},
             "annotations": {"contact": "ops@example.org"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                 "name": "web-7d9f8", "uid": rs["metadata"]["uid"], "controller": true}]},
@@ -122,7 +124,8 @@ fn scenario() -> Scenario {
 /// pod, a moment after the peer starts, and what it reads before goes out
 /// without the pod's metadata: probe lines are appended until one comes
 /// out with it (`enriched`), then [`LINES`], which the test compares.
-fn probe_then_lines(log: &Path, enriched: impl Fn(&str) -> bool) {
+/// `seen` describes what the peer wrote, for the failure message.
+fn probe_then_lines(log: &Path, enriched: impl Fn(&str) -> bool, seen: impl Fn() -> String) {
     let deadline = std::time::Instant::now() + LONG;
     for i in 0.. {
         let probe = format!("probe {i}");
@@ -141,7 +144,8 @@ fn probe_then_lines(log: &Path, enriched: impl Fn(&str) -> bool) {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no probe line came out with the pod's metadata within {LONG:?}"
+            "no probe line came out with the pod's metadata within {LONG:?}; the peer wrote: {}",
+            seen()
         );
     }
 }
@@ -423,11 +427,15 @@ service:
     );
     let kubeconfig = s.kubeconfig.display().to_string();
     let col = Otelcol::start_peer(&config, &[("KUBECONFIG", &kubeconfig)]);
-    probe_then_lines(&s.log, |probe| {
-        otlp_records(&peer_out)
-            .get(probe)
-            .is_some_and(|(r, _, _)| r.contains_key("k8s.deployment.name"))
-    });
+    probe_then_lines(
+        &s.log,
+        |probe| {
+            otlp_records(&peer_out)
+                .get(probe)
+                .is_some_and(|(r, _, _)| r.contains_key("k8s.deployment.name"))
+        },
+        || format!("{:?}\n{}", otlp_records(&peer_out), col.log()),
+    );
     wait_for(LONG, "the Collector's records", || {
         let theirs = otlp_records(&peer_out);
         let n = LINES.iter().filter(|l| theirs.contains_key(**l)).count();
@@ -552,11 +560,15 @@ output.file:
     ));
     cmd.args(["-e", "--strict.perms=false", "-c"]).arg(&cfg);
     fb.start(cmd, LONG, POLL, || true);
-    probe_then_lines(&s.log, |probe| {
-        filebeat_records(&fb_out)
-            .get(probe)
-            .is_some_and(|v| v["kubernetes"]["pod"]["name"].is_string())
-    });
+    probe_then_lines(
+        &s.log,
+        |probe| {
+            filebeat_records(&fb_out)
+                .get(probe)
+                .is_some_and(|v| v["kubernetes"]["pod"]["name"].is_string())
+        },
+        || format!("{:?}", filebeat_records(&fb_out)),
+    );
     wait_for(LONG, "Filebeat's records with the pod's metadata", || {
         let r = filebeat_records(&fb_out);
         match r.get(LINES[1]) {
@@ -752,11 +764,15 @@ fn record_fluent_bit() {
             .map(|v| (v["log"].as_str().unwrap_or_default().to_string(), v))
             .collect()
     };
-    probe_then_lines(&s.log, |probe| {
-        records()
-            .get(probe)
-            .is_some_and(|v| v["kubernetes"]["pod_name"].is_string())
-    });
+    probe_then_lines(
+        &s.log,
+        |probe| {
+            records()
+                .get(probe)
+                .is_some_and(|v| v["kubernetes"]["pod_name"].is_string())
+        },
+        || format!("{:?}", records()),
+    );
     wait_for(LONG, "Fluent Bit's records", || {
         let r = records();
         let n = LINES.iter().filter(|l| r.contains_key(**l)).count();
@@ -795,7 +811,7 @@ fn fluent_bit_layout_equals_the_recorded_fluent_bit() {
     let _g = serial();
     let s = scenario();
     let petrel_out = s.dir.path().join("fluent-bit.ndjson");
-    probe_then_lines(&s.log, |_| true);
+    probe_then_lines(&s.log, |_| true, String::new);
     run_petrel(
         &s,
         &format!(

@@ -686,9 +686,9 @@ fn internal_logs_fed_back_by_a_failing_sink_stay_bounded() {
 fn damage_entry(file: &Path, i: u64) {
     let mut data = std::fs::read(file).unwrap();
     // An entry object: header (type, flags, reserved, size: 16 bytes),
-    // seqnum, then realtime and monotonic, which the test chose.
-    let mut pat = (BASE_US + i * 1000).to_le_bytes().to_vec();
-    pat.extend_from_slice(&(i * 1000 + 1).to_le_bytes());
+    // seqnum, then realtime and monotonic, which `export_entry` chose.
+    let mut pat = (BASE_US + i * 7).to_le_bytes().to_vec();
+    pat.extend_from_slice(&(5_000_000 + i * 7).to_le_bytes());
     let at = data
         .windows(pat.len())
         .position(|w| w == pat.as_slice())

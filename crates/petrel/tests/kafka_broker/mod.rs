@@ -25,17 +25,8 @@ pub struct Broker {
     pub port: u16,
 }
 
-fn lib_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/kafka/lib")
-}
-
 fn java_cp() -> String {
-    let lib = lib_dir();
-    assert!(
-        lib.join(".complete").exists(),
-        "Kafka jars missing in {}: run scripts/fetch-kafka.sh (scripts/test.sh does)",
-        lib.display()
-    );
+    let lib = super::server::cached_entry("kafka", "scripts/fetch-kafka.sh").join("lib");
     format!("{}/*", lib.display())
 }
 

@@ -508,7 +508,10 @@ impl Drop for Agent {
 }
 
 fn parse_api_port(line: &str) -> Option<u16> {
-    let rest = line.split("API listening on http://").nth(1)?;
+    let rest = line.split("API listening on ").nth(1)?;
+    let rest = rest
+        .strip_prefix("http://")
+        .or_else(|| rest.strip_prefix("https://"))?;
     // Ends at white space (text logs) or at the closing quote (`--log-format json`).
     let addr = rest.split(|c: char| c.is_whitespace() || c == '"').next()?;
     addr.rsplit(':').next()?.parse().ok()

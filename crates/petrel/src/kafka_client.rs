@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use petrel_core::config::{Map, Node};
@@ -96,10 +95,6 @@ pub const SASL_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
     default: None,
     doc: r#"SASL authentication (`security.protocol: sasl_ssl` with `tls`, else `sasl_plaintext`): `mechanism` is `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` (with `username` and `password` or `password_file`), `OAUTHBEARER` (OIDC client credentials: `token_endpoint_url`, `client_id`, `client_secret` or `client_secret_file`, optional `scope`; Petrel fetches the token and fetches a new one before it expires) or `GSSAPI` (Kerberos: `kerberos_service_name` (default `kafka`), `kerberos_principal`, `kerberos_keytab`; librdkafka runs `kinit`, which must be installed). Secrets may be `${VAR}` (environment) or read from a `*_file` (its content, a final newline removed); they are never logged."#,
 };
-
-/// `librdkafka:` documentation shared by the source and the sink: what
-/// happens to a setting given there.
-pub const LIBRDKAFKA_RULES: &str = "Applied last: they win over `tls`, `sasl` and Petrel's own settings. Checked when the configuration is loaded, in the order written, every refusal reported at its key. `sasl.oauthbearer.method: oidc` and its `sasl.oauthbearer.token.endpoint.url`, `client.id`, `client.secret`, `scope` and `extensions` are served by Petrel (librdkafka's own OIDC needs libcurl, not in the build).";
 
 /// librdkafka settings, in the order they were given (a key given twice
 /// keeps its last value). Printed with the secrets hidden.
@@ -389,7 +384,7 @@ impl<'a> SettingsBuilder<'a> {
                 ok = false;
             }
         }
-        let mut one_of = |a: &str, b: &str, what: &str, example: &str| -> Option<(String, Node<'a>)> {
+        let one_of = |a: &str, b: &str, what: &str, example: &str| -> Option<(String, Node<'a>)> {
             match (m.get(a), m.get(b)) {
                 (Some(_), Some(nb)) => {
                     nb.error(format!("`{a}` and `{b}` are two ways to give the {what}: keep one"));
@@ -927,6 +922,7 @@ pub fn explain(error: &KafkaError, reason: &str) -> Option<&'static str> {
     let code = error.rdkafka_error_code();
     let text = reason.to_ascii_lowercase();
     if code == Some(RDKafkaErrorCode::Authentication)
+        || code == Some(RDKafkaErrorCode::SaslAuthenticationFailed)
         || text.contains("authentication failed")
         || text.contains("sasl authentication error")
     {
@@ -937,6 +933,9 @@ pub fn explain(error: &KafkaError, reason: &str) -> Option<&'static str> {
     }
     if text.contains("certificate verify failed") || text.contains("unable to get local issuer") {
         return Some("the broker's certificate is not trusted: `tls.ca_file` must hold the authority that signed it");
+    }
+    if text.contains("certificate unknown") {
+        return Some("the broker refused our client certificate (expired, or not signed by an authority it trusts: `tls.cert_file`)");
     }
     if text.contains("certificate required")
         || text.contains("bad certificate")

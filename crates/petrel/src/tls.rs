@@ -152,7 +152,7 @@ fn der_time(tag: u8, b: &[u8]) -> Option<i64> {
     let (mo, d, h, mi, se) = (n(0), n(2), n(4), n(6), n(8));
     // Days from civil (Howard Hinnant's algorithm).
     let y = if mo <= 2 { year - 1 } else { year };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let era = (if y >= 0 { y } else { y - 399 }) / 400;
     let yoe = y - era * 400;
     let mp = (mo + 9) % 12;
     let doy = (153 * mp + 2) / 5 + d - 1;
@@ -175,8 +175,9 @@ fn expiry_holders() -> &'static Mutex<HashMap<String, usize>> {
     H.get_or_init(Default::default)
 }
 
-/// Reports a certificate's expiry as `petrel_tls_certificate_expiry_seconds`.
-struct ExpiryGauge {
+/// Reports a certificate's expiry as `petrel_tls_certificate_expiry_seconds`
+/// while it is held.
+pub struct ExpiryGauge {
     metrics: Arc<Metrics>,
     labels: Vec<(String, String)>,
 }
@@ -630,6 +631,21 @@ impl Owner {
             metrics: None,
         }
     }
+}
+
+/// Reports the expiry of a certificate file that another library reads
+/// (librdkafka's OpenSSL, at its client's start): the gauge while the
+/// result is held, and an error in the log when it has expired already.
+pub fn report_certificate_file(owner: &Owner, cert_file: &Path) -> Option<ExpiryGauge> {
+    let first = CertificateDer::pem_file_iter(cert_file).ok()?.next()?.ok()?;
+    let (serial, expiry) = serial_and_expiry(&first)?;
+    if expiry < now_secs() {
+        tracing::error!(component = %owner.component, cert = %cert_file.display(), serial = %serial,
+            "{}: the TLS client certificate {} has expired: the server will refuse it; renew it", owner.component, cert_file.display());
+    }
+    let g = ExpiryGauge::new(owner.metrics.as_ref()?, &owner.component);
+    g.set(expiry);
+    Some(g)
 }
 
 /// Reads a server's files once, as [`server_config`] would, without

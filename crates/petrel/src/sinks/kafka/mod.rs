@@ -324,6 +324,8 @@ pub struct KafkaSink {
     invalid_topic: LazyCounter,
     /// Set with `exactly_once: true`.
     transactional: Option<Arc<transactional::Transactional>>,
+    /// The client certificate's expiry, reported while the sink runs.
+    _certificate: Option<crate::tls::ExpiryGauge>,
 }
 
 impl KafkaSink {
@@ -361,7 +363,14 @@ impl KafkaSink {
                 metrics.clone(),
             ))
         });
+        let certificate = c.client.get("ssl.certificate.location").and_then(|f| {
+            crate::tls::report_certificate_file(
+                &crate::tls::Owner::of(&metrics),
+                std::path::Path::new(f),
+            )
+        });
         Ok(Self {
+            _certificate: certificate,
             transactional,
             encoding: c.encoding.clone(),
             topic: c.topic.clone(),

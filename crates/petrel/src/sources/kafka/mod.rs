@@ -465,9 +465,19 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             stop: stop.clone(),
             link,
         };
+        let certificate = self.client.get("ssl.certificate.location").and_then(|f| {
+            crate::tls::report_certificate_file(
+                &crate::tls::Owner::of(&ctx.metrics),
+                std::path::Path::new(f),
+            )
+        });
         let thread = std::thread::Builder::new()
             .name(format!("petrel-kafka-{}", ctx.id))
-            .spawn(move || reader.run())?;
+            .spawn(move || {
+                // The certificate's expiry is reported while the source runs.
+                let _certificate = certificate;
+                reader.run()
+            })?;
         tracing::info!(source = %ctx.key, topics = ?self.topics, "consuming Kafka");
         Ok(Box::new(RunningKafka {
             stop,

@@ -263,10 +263,7 @@ impl<'a> SettingsBuilder<'a> {
             return None;
         }
         Some(Settings(
-            self.entries
-                .into_iter()
-                .map(|e| (e.key, e.value))
-                .collect(),
+            self.entries.into_iter().map(|e| (e.key, e.value)).collect(),
         ))
     }
 
@@ -301,7 +298,9 @@ impl<'a> SettingsBuilder<'a> {
             }
         }
         if m.get("cert_file").is_some() != m.get("key_file").is_some() {
-            n.error("`tls`: `cert_file` and `key_file` go together (a client certificate and its key)");
+            n.error(
+                "`tls`: `cert_file` and `key_file` go together (a client certificate and its key)",
+            );
             ok = false;
         }
         if let Some(v) = m.get("key_password") {
@@ -364,7 +363,9 @@ impl<'a> SettingsBuilder<'a> {
         // Which keys belong to which mechanism: one meant for another is a
         // mistake worth a message, not something to ignore.
         let own: &[&str] = match mech {
-            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => &["username", "password", "password_file"],
+            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
+                &["username", "password", "password_file"]
+            }
             "OAUTHBEARER" => &[
                 "token_endpoint_url",
                 "client_id",
@@ -387,7 +388,9 @@ impl<'a> SettingsBuilder<'a> {
         let one_of = |a: &str, b: &str, what: &str, example: &str| -> Option<(String, Node<'a>)> {
             match (m.get(a), m.get(b)) {
                 (Some(_), Some(nb)) => {
-                    nb.error(format!("`{a}` and `{b}` are two ways to give the {what}: keep one"));
+                    nb.error(format!(
+                        "`{a}` and `{b}` are two ways to give the {what}: keep one"
+                    ));
                     None
                 }
                 (Some(na), None) => secret(na, a).map(|s| (s, na)),
@@ -402,11 +405,19 @@ impl<'a> SettingsBuilder<'a> {
         };
         match mech {
             "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
-                match m.required("username", "petrel").and_then(|u| Some((secret(u, "username")?, u))) {
+                match m
+                    .required("username", "petrel")
+                    .and_then(|u| Some((secret(u, "username")?, u)))
+                {
                     Some((u, node)) => self.push_at("sasl.username", u, node),
                     None => ok = false,
                 }
-                match one_of("password", "password_file", "password", "\"${KAFKA_PASSWORD}\"") {
+                match one_of(
+                    "password",
+                    "password_file",
+                    "password",
+                    "\"${KAFKA_PASSWORD}\"",
+                ) {
                     Some((p, node)) => self.push_at("sasl.password", p, node),
                     None => ok = false,
                 }
@@ -420,7 +431,10 @@ impl<'a> SettingsBuilder<'a> {
                     },
                     None => ok = false,
                 }
-                match m.required("client_id", "petrel").and_then(|u| Some((secret(u, "client_id")?, u))) {
+                match m
+                    .required("client_id", "petrel")
+                    .and_then(|u| Some((secret(u, "client_id")?, u)))
+                {
                     Some((c, node)) => self.push_at("sasl.oauthbearer.client.id", c, node),
                     None => ok = false,
                 }
@@ -553,9 +567,8 @@ impl<'a> SettingsBuilder<'a> {
                         "sasl.oauthbearer.client.secret",
                     ] {
                         if self.last(k).is_none_or(|e| e.value.is_empty()) {
-                            at(self.last("sasl.oauthbearer.method")).error(format!(
-                                "`sasl.oauthbearer.method: oidc` needs `{k}`"
-                            ));
+                            at(self.last("sasl.oauthbearer.method"))
+                                .error(format!("`sasl.oauthbearer.method: oidc` needs `{k}`"));
                             ok = false;
                         }
                     }
@@ -643,7 +656,10 @@ impl<'a> SettingsBuilder<'a> {
                     .to_string_lossy()
                     .into_owned();
                 let msg = if SECRET_KEYS.contains(&e.key.as_str()) {
-                    format!("librdkafka refuses the value of `{}` (not shown: a secret)", e.key)
+                    format!(
+                        "librdkafka refuses the value of `{}` (not shown: a secret)",
+                        e.key
+                    )
                 } else if r == rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_UNKNOWN {
                     format!("unknown librdkafka setting `{}`: {msg}", e.key)
                 } else {
@@ -688,7 +704,10 @@ fn check_file(p: &Path, kind: FileKind, encrypted_key: bool) -> Result<(), Strin
             match certs {
                 Ok(c) if !c.is_empty() => Ok(()),
                 Ok(_) => Err(format!("{} holds no PEM certificate", p.display())),
-                Err(e) => Err(format!("{}: not a readable PEM certificate: {e}", p.display())),
+                Err(e) => Err(format!(
+                    "{}: not a readable PEM certificate: {e}",
+                    p.display()
+                )),
             }
         }
         FileKind::Ca | FileKind::Cert => Err(format!(
@@ -696,12 +715,14 @@ fn check_file(p: &Path, kind: FileKind, encrypted_key: bool) -> Result<(), Strin
             p.display()
         )),
         FileKind::Key if encrypted_key => Ok(()),
-        FileKind::Key => PrivateKeyDer::from_pem_slice(&bytes).map(|_| ()).map_err(|e| {
-            format!(
-                "{}: no readable private key ({e}); an encrypted key needs `key_password`",
-                p.display()
-            )
-        }),
+        FileKind::Key => PrivateKeyDer::from_pem_slice(&bytes)
+            .map(|_| ())
+            .map_err(|e| {
+                format!(
+                    "{}: no readable private key ({e}); an encrypted key needs `key_password`",
+                    p.display()
+                )
+            }),
         FileKind::Any => Ok(()),
     }
 }
@@ -789,9 +810,7 @@ impl Oidc {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let mech = last
-            .get("sasl.mechanism")
-            .or(last.get("sasl.mechanisms"))?;
+        let mech = last.get("sasl.mechanism").or(last.get("sasl.mechanisms"))?;
         if !mech.eq_ignore_ascii_case("OAUTHBEARER")
             || !last
                 .get("sasl.oauthbearer.method")
@@ -831,8 +850,12 @@ impl Oidc {
             verify: true,
             ..Default::default()
         };
-        let client = crate::sinks::client::build_client(&tls, OIDC_TIMEOUT, &crate::tls::Owner::named("kafka OIDC"))
-            .map_err(|e| format!("OIDC client: {e:#}"))?;
+        let client = crate::sinks::client::build_client(
+            &tls,
+            OIDC_TIMEOUT,
+            &crate::tls::Owner::named("kafka OIDC"),
+        )
+        .map_err(|e| format!("OIDC client: {e:#}"))?;
         let mut form = form_urlencoded::Serializer::new(String::new());
         form.append_pair("grant_type", "client_credentials");
         if let Some(s) = &self.scope {
@@ -903,7 +926,11 @@ pub fn parse_token_answer(body: &str, now_ms: i64) -> Result<OAuthToken, String>
         Some(exp) => (exp * 1000.0) as i64,
         None => match v.get("expires_in").and_then(|e| e.as_f64()) {
             Some(s) => now_ms + (s * 1000.0) as i64,
-            None => return Err("the access token has no `exp` claim and the answer no `expires_in`".into()),
+            None => {
+                return Err(
+                    "the access token has no `exp` claim and the answer no `expires_in`".into(),
+                )
+            }
         },
     };
     if lifetime_ms <= now_ms {
@@ -926,7 +953,9 @@ pub fn explain(error: &KafkaError, reason: &str) -> Option<&'static str> {
         || text.contains("authentication failed")
         || text.contains("sasl authentication error")
     {
-        return Some("the broker refused the SASL credentials (user name, password or token: `sasl`)");
+        return Some(
+            "the broker refused the SASL credentials (user name, password or token: `sasl`)",
+        );
     }
     if text.contains("certificate expired") {
         return Some("a certificate has expired (the broker refused ours, or its own is out of date): renew it");
@@ -986,7 +1015,9 @@ mod tests {
             assert!(parse_token_answer(bad, 0).is_err(), "{bad}");
         }
         let expired = e.encode(br#"{"sub":"x","exp":1}"#);
-        assert!(parse_token_answer(&format!(r#"{{"access_token":"a.{expired}.b"}}"#), 5000).is_err());
+        assert!(
+            parse_token_answer(&format!(r#"{{"access_token":"a.{expired}.b"}}"#), 5000).is_err()
+        );
     }
 
     #[test]
@@ -1006,7 +1037,10 @@ mod tests {
             ("security.protocol", "sasl_ssl"),
             ("sasl.mechanism", "OAUTHBEARER"),
             ("sasl.oauthbearer.method", "oidc"),
-            ("sasl.oauthbearer.token.endpoint.url", "http://127.0.0.1:1/token"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                "http://127.0.0.1:1/token",
+            ),
             ("sasl.oauthbearer.client.id", "id"),
             ("sasl.oauthbearer.client.secret", "s"),
         ]

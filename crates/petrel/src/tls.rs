@@ -481,7 +481,9 @@ impl ClientCertVerifier for ClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.0.get().verify_client_cert(end_entity, intermediates, now)
+        self.0
+            .get()
+            .verify_client_cert(end_entity, intermediates, now)
     }
 
     fn verify_tls12_signature(
@@ -637,7 +639,10 @@ impl Owner {
 /// (librdkafka's OpenSSL, at its client's start): the gauge while the
 /// result is held, and an error in the log when it has expired already.
 pub fn report_certificate_file(owner: &Owner, cert_file: &Path) -> Option<ExpiryGauge> {
-    let first = CertificateDer::pem_file_iter(cert_file).ok()?.next()?.ok()?;
+    let first = CertificateDer::pem_file_iter(cert_file)
+        .ok()?
+        .next()?
+        .ok()?;
     let (serial, expiry) = serial_and_expiry(&first)?;
     if expiry < now_secs() {
         tracing::error!(component = %owner.component, cert = %cert_file.display(), serial = %serial,
@@ -771,7 +776,10 @@ mod tests {
     #[test]
     fn truncated_certificates_are_not_read() {
         assert_eq!(serial_and_expiry(&[]), None);
-        assert_eq!(serial_and_expiry(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(
+            serial_and_expiry(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]),
+            None
+        );
         assert_eq!(serial_and_expiry(&[0x30, 0x03, 0x30, 0x01, 0x02]), None);
     }
 }

@@ -291,10 +291,25 @@ fn with_a_token_reload_and_tap_need_it_and_errors_go_only_to_its_holders() {
 
 /// `curl` against the TLS API: (HTTP status, body), or the status 0 and
 /// curl's complaint when no HTTP answer came (a refused handshake).
-fn curl(port: u16, path: &str, ca: &Path, client: Option<&pki::Cert>, token: Option<&str>) -> (u16, String) {
+fn curl(
+    port: u16,
+    path: &str,
+    ca: &Path,
+    client: Option<&pki::Cert>,
+    token: Option<&str>,
+) -> (u16, String) {
     let mut c = Command::new("curl");
-    c.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}", "--cacert"])
-        .arg(ca);
+    c.args([
+        "-sS",
+        "--max-time",
+        "20",
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        "--cacert",
+    ])
+    .arg(ca);
     if let Some(cl) = client {
         c.arg("--cert").arg(&cl.cert).arg("--key").arg(&cl.key);
     }
@@ -320,7 +335,8 @@ fn over_tls_with_client_certificates_metrics_need_the_token_and_probes_stay_open
     let ca = pki::Ca::new(&dir.path().join("pki"), "api-ca");
     let server = ca.issue("api", "127.0.0.1", 0x11, true);
     let client = ca.issue("operator", "operator", 0x12, false);
-    let stranger = pki::Ca::new(&dir.path().join("pki/other"), "other-ca").issue("x", "x", 0x13, false);
+    let stranger =
+        pki::Ca::new(&dir.path().join("pki/other"), "other-ca").issue("x", "x", 0x13, false);
     let (log, out) = (dir.path().join("app.log"), dir.path().join("out.log"));
     append(&log, b"first\n");
     let cfg = config(dir.path(), &log, &out);
@@ -346,14 +362,21 @@ fn over_tls_with_client_certificates_metrics_need_the_token_and_probes_stay_open
         },
     );
     wait_lines(&out, 1);
-    assert!(agent.stderr().contains("API listening on https://"), "{}", agent.stderr());
+    assert!(
+        agent.stderr().contains("API listening on https://"),
+        "{}",
+        agent.stderr()
+    );
     let port = agent.port;
     let token = Some("t0ken-from-a-file");
     // With a client certificate and the token: the metrics, with the API's
     // own certificate's expiry.
     let (st, body) = curl(port, "/metrics", &ca.pem(), Some(&client), token);
     assert_eq!(st, 200, "{body}");
-    assert!(body.contains("petrel_tls_certificate_expiry_seconds{component=\"api\"}"), "{body}");
+    assert!(
+        body.contains("petrel_tls_certificate_expiry_seconds{component=\"api\"}"),
+        "{body}"
+    );
     // Without the token: 401 for /metrics and /health.
     for path in ["/metrics", "/health"] {
         let (st, body) = curl(port, path, &ca.pem(), Some(&client), None);
@@ -373,14 +396,26 @@ fn over_tls_with_client_certificates_metrics_need_the_token_and_probes_stay_open
     assert_eq!(st, 0, "refused with a stranger's certificate: {why}");
     // Plain HTTP on the TLS port gets no HTTP answer.
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     let _ = s.write_all(b"GET /health/live HTTP/1.0\r\n\r\n");
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    assert!(!String::from_utf8_lossy(&raw).starts_with("HTTP/1."), "plain HTTP answered");
+    assert!(
+        !String::from_utf8_lossy(&raw).starts_with("HTTP/1."),
+        "plain HTTP answered"
+    );
     // `petrel tap` speaks TLS with the client certificate and the token.
     let mut tap = Command::new(bin())
-        .args(["tap", "web", "--limit", "1", "--format", "text", "--api-addr"])
+        .args([
+            "tap",
+            "web",
+            "--limit",
+            "1",
+            "--format",
+            "text",
+            "--api-addr",
+        ])
         .arg(format!("https://127.0.0.1:{port}"))
         .arg("--api-ca-file")
         .arg(ca.pem())
@@ -403,8 +438,16 @@ fn over_tls_with_client_certificates_metrics_need_the_token_and_probes_stay_open
     });
     let _ = got;
     let mut text = String::new();
-    tap.stdout.take().expect("stdout").read_to_string(&mut text).expect("read");
+    tap.stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut text)
+        .expect("read");
     let mut err = String::new();
-    tap.stderr.take().expect("stderr").read_to_string(&mut err).expect("read");
+    tap.stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
     assert_eq!(text.trim(), "tapped over tls", "tap output; stderr: {err}");
 }

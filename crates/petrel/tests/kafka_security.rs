@@ -172,7 +172,10 @@ fn every_listener_carries_records_at_least_once_and_exactly_once_and_refusals_ar
     for l in LISTENERS {
         outs.push((*l, pipelines(l, &b, &cfg, work.path())));
     }
-    let (code, out, err) = run_to_end(work.path(), &["validate", "--config", &cfg.to_string_lossy()]);
+    let (code, out, err) = run_to_end(
+        work.path(),
+        &["validate", "--config", &cfg.to_string_lossy()],
+    );
     assert_eq!(code, Some(0), "validate: {out}{err}");
     let data = work.path().join("data");
     let mut agent = Agent::start_with(
@@ -184,14 +187,18 @@ fn every_listener_carries_records_at_least_once_and_exactly_once_and_refusals_ar
         },
     );
     for (l, (_, out)) in &outs {
-        wait_for(Duration::from_secs(240), &format!("{l}: {RECORDS} records through"), || {
-            let n = count_lines(out);
-            if n >= RECORDS {
-                Ok(())
-            } else {
-                Err(format!("{n} lines; agent log:\n{}", tail(&agent.stderr())))
-            }
-        });
+        wait_for(
+            Duration::from_secs(240),
+            &format!("{l}: {RECORDS} records through"),
+            || {
+                let n = count_lines(out);
+                if n >= RECORDS {
+                    Ok(())
+                } else {
+                    Err(format!("{n} lines; agent log:\n{}", tail(&agent.stderr())))
+                }
+            },
+        );
     }
     for (l, (_, out)) in &outs {
         // Nothing missing at the end of the chain, none twice.
@@ -324,7 +331,12 @@ fn refusals(b: &Broker, work: &Path) {
         Duration::from_millis(500),
         Duration::from_secs(60),
     );
-    assert_eq!(got.len(), 2, "SCRAM-SHA-256 delivers; log:\n{}", tail(&agent.stderr()));
+    assert_eq!(
+        got.len(),
+        2,
+        "SCRAM-SHA-256 delivers; log:\n{}",
+        tail(&agent.stderr())
+    );
     for (name, _, _, causes) in &cases {
         let sink = format!("kafka sink {name}/sink/out");
         wait_for(LONG, &format!("the error of {name}"), || {
@@ -335,7 +347,10 @@ fn refusals(b: &Broker, work: &Path) {
             if hit {
                 Ok(())
             } else {
-                Err(format!("no line naming `{sink}` and {causes:?}; log:\n{}", tail(&log)))
+                Err(format!(
+                    "no line naming `{sink}` and {causes:?}; log:\n{}",
+                    tail(&log)
+                ))
             }
         });
     }
@@ -351,8 +366,10 @@ fn refusals(b: &Broker, work: &Path) {
         );
     }
     let log = agent.stderr();
-    assert!(!log.contains("not-the-secret") && !log.contains(SCRAM_USER.1) && !log.contains("wrong,"),
-        "secrets never logged:\n{log}");
+    assert!(
+        !log.contains("not-the-secret") && !log.contains(SCRAM_USER.1) && !log.contains("wrong,"),
+        "secrets never logged:\n{log}"
+    );
     agent.stop();
 }
 
@@ -366,7 +383,10 @@ fn tls_and_sasl_settings_are_checked_in_a_stable_order_and_every_problem_is_repo
     );
     let mut first = None;
     for _ in 0..5 {
-        let (code, out, err) = run_to_end(work.path(), &["validate", "--config", &cfg.to_string_lossy()]);
+        let (code, out, err) = run_to_end(
+            work.path(),
+            &["validate", "--config", &cfg.to_string_lossy()],
+        );
         assert_eq!(code, Some(2), "{out}{err}");
         let text = format!("{out}{err}");
         for want in [
@@ -395,11 +415,21 @@ fn secrets_come_from_files_and_the_environment_and_a_missing_one_is_named() {
         "kafka",
         "sources:\n  - type: stdin\nsinks:\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: PLAIN, username: petrel, password: \"${PETREL_TEST_UNSET_PASSWORD}\"}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: SCRAM-SHA-256, username: petrel, password_file: /nonexistent/pw}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: GSSAPI, kerberos_service_name: kafka, kerberos_principal: petrel@EXAMPLE.ORG}\n",
     );
-    let (code, out, err) = run_to_end(work.path(), &["validate", "--config", &cfg.to_string_lossy()]);
+    let (code, out, err) = run_to_end(
+        work.path(),
+        &["validate", "--config", &cfg.to_string_lossy()],
+    );
     let text = format!("{out}{err}");
     assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("environment variable `PETREL_TEST_UNSET_PASSWORD` is not set"), "{text}");
+    assert!(
+        text.contains("environment variable `PETREL_TEST_UNSET_PASSWORD` is not set"),
+        "{text}"
+    );
     assert!(text.contains("`password_file` /nonexistent/pw"), "{text}");
     // GSSAPI is accepted: its only problems here are the two above.
-    assert_eq!(text.lines().filter(|l| l.contains("kafka.yaml:")).count(), 2, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains("kafka.yaml:")).count(),
+        2,
+        "{text}"
+    );
 }

@@ -83,7 +83,10 @@ fn broken(a: &Cert, b: &Cert, dir: &Path) -> Cert {
 
 fn roots(ca: &Ca) -> Arc<rustls::RootCertStore> {
     let mut r = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca.pem()).expect("ca").flatten() {
+    for c in CertificateDer::pem_file_iter(ca.pem())
+        .expect("ca")
+        .flatten()
+    {
         r.add(c).expect("root");
     }
     Arc::new(r)
@@ -121,7 +124,8 @@ fn tls_connect(
 }
 
 #[test]
-fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_keeps_a_broken_one_out() {
+fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_keeps_a_broken_one_out(
+) {
     let work = tempdir();
     let ca = Ca::new(&work.path().join("pki"), "ca");
     let a = ca.issue_days("a", "127.0.0.1", 0xa1, true, 300);
@@ -150,7 +154,8 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
     let (mut long, first) = tls_connect(port, &ca);
     assert_eq!(first, a.serial);
     let sent = AtomicUsize::new(0);
-    let mut send_batch = |s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>, n: usize| {
+    let mut send_batch = |s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+                          n: usize| {
         let mut buf = Vec::with_capacity(n * 64);
         for _ in 0..n {
             let i = sent.fetch_add(1, Ordering::SeqCst);
@@ -203,7 +208,10 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
     });
     while sent.load(Ordering::SeqCst) < EVENTS - EVENTS / 20 {
         let (mut s, serial) = tls_connect(port, &ca);
-        assert_eq!(serial, b.serial, "after the broken swap, the good new certificate");
+        assert_eq!(
+            serial, b.serial,
+            "after the broken swap, the good new certificate"
+        );
         let n = (EVENTS / 20).min(EVENTS - EVENTS / 20 - sent.load(Ordering::SeqCst));
         send_batch(&mut s, n.max(1));
         let _ = s.conn.send_close_notify();
@@ -245,16 +253,12 @@ struct Seen {
 /// request's body lines are recorded with the serial of the connection's
 /// client certificate; each connection serves one request (so the sink
 /// opens new ones all the time). Serves on a thread until `stop`.
-fn https_receiver(
-    ca: &Ca,
-    server: &Cert,
-    seen: Arc<Mutex<Seen>>,
-    stop: Arc<AtomicBool>,
-) -> u16 {
+fn https_receiver(ca: &Ca, server: &Cert, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) -> u16 {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots(ca), provider.clone())
-        .build()
-        .expect("verifier");
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots(ca), provider.clone())
+            .build()
+            .expect("verifier");
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&server.cert)
         .expect("cert")
         .flatten()
@@ -284,7 +288,9 @@ fn https_receiver(
             std::thread::spawn(move || {
                 let _ = sock.set_nonblocking(false);
                 let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
-                let Ok(conn) = rustls::ServerConnection::new(cfg) else { return };
+                let Ok(conn) = rustls::ServerConnection::new(cfg) else {
+                    return;
+                };
                 let mut s = rustls::StreamOwned::new(conn, sock);
                 let mut r = BufReader::new(&mut s);
                 let mut len = 0usize;
@@ -322,7 +328,9 @@ fn https_receiver(
                         g.lines.push(l.to_string());
                     }
                 }
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
                 let _ = s.flush();
                 s.conn.send_close_notify();
                 let _ = s.flush();
@@ -333,7 +341,8 @@ fn https_receiver(
 }
 
 #[test]
-fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_keeps_a_broken_one_out() {
+fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_keeps_a_broken_one_out(
+) {
     let work = tempdir();
     let ca = Ca::new(&work.path().join("pki"), "ca");
     let server = ca.issue("server", "127.0.0.1", 0x5e, true);
@@ -380,15 +389,25 @@ fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_ke
     // Events keep coming; the sink's new connections present the new
     // certificate.
     let mut next = EVENTS / 4;
-    wait_for(MEDIUM, "a connection with the new client certificate", || {
-        write(next, next + 500);
-        next += 500;
-        if seen.lock().expect("seen").serials.iter().any(|s| *s == b.serial) {
-            Ok(())
-        } else {
-            Err("not yet".into())
-        }
-    });
+    wait_for(
+        MEDIUM,
+        "a connection with the new client certificate",
+        || {
+            write(next, next + 500);
+            next += 500;
+            if seen
+                .lock()
+                .expect("seen")
+                .serials
+                .iter()
+                .any(|s| *s == b.serial)
+            {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    );
     mount.publish(&bad);
     wait_for(MEDIUM, "the refusal of the broken pair", || {
         let log = agent.stderr();
@@ -417,6 +436,9 @@ fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_ke
         .filter(|i| !h.contains_key(format!("event-{i:07}").as_bytes()))
         .count();
     assert_eq!(missing, 0, "events lost across the swaps");
-    let sent = agent.metric_or_zero("petrel_component_sent_events_total", &component("rot", "sink", "out"));
+    let sent = agent.metric_or_zero(
+        "petrel_component_sent_events_total",
+        &component("rot", "sink", "out"),
+    );
     assert!(sent >= EVENTS as f64, "{sent}");
 }

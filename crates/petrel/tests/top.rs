@@ -190,7 +190,9 @@ fn top_reads_an_api_served_over_tls_with_a_client_certificate() {
     let tmux = Tmux::start(&session, &cmd);
     let screen = wait_for(LONG, "tls_web's rows over TLS", || {
         let s = tmux.screen();
-        if s.lines().any(|l| l.starts_with("tls_web") && l.contains("source")) {
+        if s.lines()
+            .any(|l| l.starts_with("tls_web") && l.contains("source"))
+        {
             Ok(s)
         } else {
             Err(s)

@@ -60,9 +60,9 @@ impl ApiTarget {
         let (secure, addr) = match api_addr.split_once("://") {
             Some(("https", rest)) => (true, rest),
             Some(("http", rest)) => (false, rest),
-            Some((scheme, _)) => anyhow::bail!(
-                "--api-addr {api_addr}: `{scheme}://` is not http:// or https://"
-            ),
+            Some((scheme, _)) => {
+                anyhow::bail!("--api-addr {api_addr}: `{scheme}://` is not http:// or https://")
+            }
             None => (false, api_addr),
         };
         let addr = addr.trim_end_matches('/').to_string();

@@ -110,8 +110,7 @@ fn http_get(
     path: &str,
     timeout: Duration,
 ) -> Result<String, String> {
-    let (mut s, sock) =
-        super::tap::connect_to(target, timeout).map_err(|e| format!("{e:#}"))?;
+    let (mut s, sock) = super::tap::connect_to(target, timeout).map_err(|e| format!("{e:#}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     let headers = super::tap::request_headers(&target.addr, &sock);

@@ -574,7 +574,10 @@ mod tests {
             })?;
         let m = petrel_core::Metrics::new().component("p", "sink", "s", "syslog");
         Ok(SyslogSink {
-            transport: c.transport.prepare(&crate::tls::Owner::named("test")).unwrap(),
+            transport: c
+                .transport
+                .prepare(&crate::tls::Owner::named("test"))
+                .unwrap(),
             time3164: Rfc3164Time::new(c.timezone.clone()),
             field_missing: LazyCounter::default(),
             field_invalid: LazyCounter::default(),

@@ -240,7 +240,8 @@ impl Broker {
                 jwks.display()
             ));
         }
-        cmd.args(["-cp", &java_cp(), "kafka.Kafka"]).arg(&self.props);
+        cmd.args(["-cp", &java_cp(), "kafka.Kafka"])
+            .arg(&self.props);
         let bootstrap = self.bootstrap();
         self.server.start(
             cmd,

@@ -90,15 +90,22 @@ impl TokenEndpoint {
                 let _ = r.read_exact(&mut body);
                 let body = String::from_utf8_lossy(&body);
                 let (status, answer) = if auth != expected {
-                    ("401 Unauthorized", r#"{"error":"invalid_client"}"#.to_string())
+                    (
+                        "401 Unauthorized",
+                        r#"{"error":"invalid_client"}"#.to_string(),
+                    )
                 } else if !body.contains("grant_type=client_credentials") {
-                    ("400 Bad Request", r#"{"error":"unsupported_grant_type"}"#.to_string())
+                    (
+                        "400 Bad Request",
+                        r#"{"error":"unsupported_grant_type"}"#.to_string(),
+                    )
                 } else {
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map(|d| d.as_secs())
                         .unwrap_or(0);
-                    let header = b64(format!(r#"{{"alg":"ES256","typ":"JWT","kid":"{KID}"}}"#).as_bytes());
+                    let header =
+                        b64(format!(r#"{{"alg":"ES256","typ":"JWT","kid":"{KID}"}}"#).as_bytes());
                     let claims = b64(
                         format!(
                             r#"{{"sub":"petrel-client","iss":"petrel-test-idp","iat":{now},"exp":{},"scope":"kafka"}}"#,

@@ -51,10 +51,22 @@ impl Ca {
         run(
             dir,
             &[
-                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650",
-                "-subj", &format!("/CN={name}"),
-                "-keyout", &format!("{name}.key"), "-out", &format!("{name}.pem"),
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "3650",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
             ],
         );
         Ca {
@@ -80,9 +92,19 @@ impl Ca {
         let csr = format!("{name}.csr");
         let crt = format!("{name}.pem");
         let mut req = vec![
-            "openssl".to_string(), "req".into(), "-new".into(), "-newkey".into(), "ec".into(),
-            "-pkeyopt".into(), "ec_paramgen_curve:prime256v1".into(), "-nodes".into(),
-            "-subj".into(), format!("/CN={cn}"), "-keyout".into(), key.clone(), "-out".into(),
+            "openssl".to_string(),
+            "req".into(),
+            "-new".into(),
+            "-newkey".into(),
+            "ec".into(),
+            "-pkeyopt".into(),
+            "ec_paramgen_curve:prime256v1".into(),
+            "-nodes".into(),
+            "-subj".into(),
+            format!("/CN={cn}"),
+            "-keyout".into(),
+            key.clone(),
+            "-out".into(),
             csr.clone(),
         ];
         if server {
@@ -98,9 +120,23 @@ impl Ca {
         run(
             &self.dir,
             &[
-                "openssl", "x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key,
-                "-set_serial", &serial_arg, "-days", &days.to_string(), "-copy_extensions", "copy",
-                "-out", &crt,
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-set_serial",
+                &serial_arg,
+                "-days",
+                &days.to_string(),
+                "-copy_extensions",
+                "copy",
+                "-out",
+                &crt,
             ],
         );
         Cert {
@@ -132,9 +168,20 @@ impl Ca {
         run(
             dir,
             &[
-                "openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
-                "ec_paramgen_curve:prime256v1", "-nodes", "-subj", &format!("/CN={cn}"),
-                "-keyout", &key, "-out", &csr,
+                "openssl",
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
             ],
         );
         let ca_pem = format!("{}.pem", self.name);
@@ -142,9 +189,24 @@ impl Ca {
         run(
             dir,
             &[
-                "openssl", "ca", "-batch", "-notext", "-config", &cnf.to_string_lossy(),
-                "-cert", &ca_pem, "-keyfile", &ca_key, "-in", &csr, "-out", &crt,
-                "-startdate", "20200101000000Z", "-enddate", "20200102000000Z",
+                "openssl",
+                "ca",
+                "-batch",
+                "-notext",
+                "-config",
+                &cnf.to_string_lossy(),
+                "-cert",
+                &ca_pem,
+                "-keyfile",
+                &ca_key,
+                "-in",
+                &csr,
+                "-out",
+                &crt,
+                "-startdate",
+                "20200101000000Z",
+                "-enddate",
+                "20200102000000Z",
             ],
         );
         Cert {
@@ -161,9 +223,20 @@ impl Ca {
         run(
             &self.dir,
             &[
-                "openssl", "pkcs12", "-export", "-in", &c.cert.to_string_lossy(), "-inkey",
-                &c.key.to_string_lossy(), "-certfile", &self.pem().to_string_lossy(), "-name",
-                name, "-out", &out.to_string_lossy(), "-passout",
+                "openssl",
+                "pkcs12",
+                "-export",
+                "-in",
+                &c.cert.to_string_lossy(),
+                "-inkey",
+                &c.key.to_string_lossy(),
+                "-certfile",
+                &self.pem().to_string_lossy(),
+                "-name",
+                name,
+                "-out",
+                &out.to_string_lossy(),
+                "-passout",
                 &format!("pass:{STORE_PASSWORD}"),
             ],
         );
@@ -177,9 +250,19 @@ impl Ca {
         run(
             &self.dir,
             &[
-                "keytool", "-importcert", "-noprompt", "-alias", &self.name, "-file",
-                &self.pem().to_string_lossy(), "-keystore", &out.to_string_lossy(),
-                "-storetype", "PKCS12", "-storepass", STORE_PASSWORD,
+                "keytool",
+                "-importcert",
+                "-noprompt",
+                "-alias",
+                &self.name,
+                "-file",
+                &self.pem().to_string_lossy(),
+                "-keystore",
+                &out.to_string_lossy(),
+                "-storetype",
+                "PKCS12",
+                "-storepass",
+                STORE_PASSWORD,
             ],
         );
         out

@@ -24,8 +24,8 @@ use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use self::producer::{Routes, SharedProducer};
 use super::congestion::{Backoff, Window};
 use super::template::Template;
-use crate::kafka_client::{Settings, SettingsBuilder};
 pub use crate::kafka_client::valid_topic;
+use crate::kafka_client::{Settings, SettingsBuilder};
 
 /// Keys accepted by the Kafka sink.
 pub const KEYS: &[&str] = &[
@@ -379,7 +379,11 @@ impl KafkaSink {
             // The transactional side has a producer of its own.
             producer: match c.exactly_once {
                 true => None,
-                false => Some(SharedProducer::get(&client, buffered, metrics.health_key())?),
+                false => Some(SharedProducer::get(
+                    &client,
+                    buffered,
+                    metrics.health_key(),
+                )?),
             },
             max_in_flight: c.max_in_flight,
             fallback: metrics.error_counter("topic_field_missing"),

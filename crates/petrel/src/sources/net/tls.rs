@@ -64,7 +64,10 @@ impl TlsOptions {
 
     /// The rustls server configuration, its files followed as they change
     /// (`crate::tls`); `owner` names it in the logs and the expiry gauge.
-    pub fn server_config(&self, owner: &crate::tls::Owner) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    pub fn server_config(
+        &self,
+        owner: &crate::tls::Owner,
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
         Ok(Arc::new(crate::tls::server_config(
             &self.cert_file,
             &self.key_file,

@@ -251,7 +251,7 @@ fn refusals(b: &Broker, work: &Path) {
             "wrong_password",
             s.scram,
             format!("    tls: {{ca_file: \"{}\"}}\n    sasl: {{mechanism: SCRAM-SHA-512, username: petrel, password: wrong}}\n", ca.display()),
-            &["SASL credentials"],
+            &["SASL credentials"][..],
         ),
         (
             "untrusted_ca",
@@ -262,7 +262,7 @@ fn refusals(b: &Broker, work: &Path) {
                 s.client.cert.display(),
                 s.client.key.display()
             ),
-            &["not trusted"],
+            &["not trusted"][..],
         ),
         (
             "expired_cert",
@@ -273,7 +273,7 @@ fn refusals(b: &Broker, work: &Path) {
                 s.expired.cert.display(),
                 s.expired.key.display()
             ),
-            &["expired"],
+            &["expired"][..],
         ),
         (
             "refused_client",
@@ -285,7 +285,7 @@ fn refusals(b: &Broker, work: &Path) {
                 OIDC_CLIENT.0,
                 bad_secret.display()
             ),
-            &["OAUTHBEARER token", "401"],
+            &["OAUTHBEARER token", "401"][..],
         ),
     ];
     let mut inputs = Vec::new();

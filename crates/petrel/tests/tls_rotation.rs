@@ -154,8 +154,8 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
     let (mut long, first) = tls_connect(port, &ca);
     assert_eq!(first, a.serial);
     let sent = AtomicUsize::new(0);
-    let mut send_batch = |s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-                          n: usize| {
+    let send_batch = |s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+                      n: usize| {
         let mut buf = Vec::with_capacity(n * 64);
         for _ in 0..n {
             let i = sent.fetch_add(1, Ordering::SeqCst);

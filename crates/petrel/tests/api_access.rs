@@ -429,14 +429,13 @@ fn over_tls_with_client_certificates_metrics_need_the_token_and_probes_stay_open
         .spawn()
         .expect("petrel tap");
     // The tap is open once it answered; lines written until one shows.
-    let got = wait_for(LONG, "a tapped event over TLS", || {
+    wait_for(LONG, "a tapped event over TLS", || {
         append(&log, b"tapped over tls\n");
         match tap.try_wait() {
             Ok(Some(_)) => Ok(()),
             _ => Err("tap still waiting".to_string()),
         }
     });
-    let _ = got;
     let mut text = String::new();
     tap.stdout
         .take()

@@ -170,7 +170,7 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
         let (mut s, serial) = tls_connect(port, &ca);
         serials.push(serial);
         send_batch(&mut s, EVENTS / 20);
-        let _ = s.conn.send_close_notify();
+        s.conn.send_close_notify();
         let _ = s.flush();
     }
     send_batch(&mut long, EVENTS / 20);
@@ -179,7 +179,7 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
     wait_for(MEDIUM, "a new connection with the new certificate", || {
         let (mut s, serial) = tls_connect(port, &ca);
         send_batch(&mut s, 100);
-        let _ = s.conn.send_close_notify();
+        s.conn.send_close_notify();
         let _ = s.flush();
         if serial == b.serial {
             Ok(())
@@ -214,7 +214,7 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
         );
         let n = (EVENTS / 20).min(EVENTS - EVENTS / 20 - sent.load(Ordering::SeqCst));
         send_batch(&mut s, n.max(1));
-        let _ = s.conn.send_close_notify();
+        s.conn.send_close_notify();
         let _ = s.flush();
     }
     let rest = EVENTS - sent.load(Ordering::SeqCst);
@@ -395,13 +395,7 @@ fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_ke
         || {
             write(next, next + 500);
             next += 500;
-            if seen
-                .lock()
-                .expect("seen")
-                .serials
-                .iter()
-                .any(|s| *s == b.serial)
-            {
+            if seen.lock().expect("seen").serials.contains(&b.serial) {
                 Ok(())
             } else {
                 Err("not yet".into())

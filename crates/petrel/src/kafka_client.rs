@@ -257,6 +257,7 @@ impl<'a> SettingsBuilder<'a> {
         }
         self.default_ca();
         ok &= self.check_security(map);
+        ok &= self.check_kinit(map);
         ok &= self.check_files();
         ok &= self.check_with_librdkafka(map);
         if !ok || map.node().errors().len() > errors_before {
@@ -592,6 +593,69 @@ impl<'a> SettingsBuilder<'a> {
         ok
     }
 
+    /// With GSSAPI, librdkafka runs `sasl.kerberos.kinit.cmd` to get a
+    /// ticket, and refuses to create the client when a setting that
+    /// command names (`%{sasl.kerberos.keytab}` in its default) is not
+    /// set: found here, at the key to add, instead of at start.
+    fn check_kinit(&self, map: &Map<'a>) -> bool {
+        let protocol = self
+            .last("security.protocol")
+            .map(|e| e.value.to_ascii_lowercase())
+            .unwrap_or_default();
+        let mech_entry = self.last("sasl.mechanism").or(self.last("sasl.mechanisms"));
+        let gssapi = mech_entry.map_or(true, |e| e.value.eq_ignore_ascii_case("GSSAPI"));
+        if !protocol.starts_with("sasl") || !gssapi {
+            return true;
+        }
+        // `0` turns the refresh (and kinit) off: a ticket cache kept by
+        // something else.
+        if self
+            .last("sasl.kerberos.min.time.before.relogin")
+            .is_some_and(|e| e.value.trim() == "0")
+        {
+            return true;
+        }
+        let cmd = self
+            .last("sasl.kerberos.kinit.cmd")
+            .map_or(DEFAULT_KINIT_CMD, |e| e.value.as_str());
+        let mut ok = true;
+        let mut rest = cmd;
+        let mut named: Vec<&str> = Vec::new();
+        while let Some(at) = rest.find("%{") {
+            let Some(end) = rest[at..].find('}') else {
+                break;
+            };
+            let prop = &rest[at + 2..at + end];
+            rest = &rest[at + end + 1..];
+            // librdkafka's defaults (`kafkaclient`, `kafka`) fill these;
+            // the default command names the keytab twice.
+            if matches!(
+                prop,
+                "sasl.kerberos.principal" | "sasl.kerberos.service.name"
+            ) || self.last(prop).is_some_and(|e| !e.value.is_empty())
+                || named.contains(&prop)
+            {
+                continue;
+            }
+            named.push(prop);
+            let fix = match prop {
+                "sasl.kerberos.keytab" => {
+                    "add `kerberos_keytab: /path/to/client.keytab` to `sasl`".to_string()
+                }
+                other => format!("set `{other}` under `librdkafka`"),
+            };
+            let at_node = mech_entry
+                .and_then(|e| e.node)
+                .or_else(|| map.get("sasl"))
+                .unwrap_or_else(|| map.node());
+            at_node.error(format!(
+                "SASL GSSAPI: librdkafka gets its Kerberos ticket with `kinit`, whose command needs `{prop}`: {fix} (or, with a ticket cache kept up to date by something else, `librdkafka: {{sasl.kerberos.min.time.before.relogin: 0}}`)"
+            ));
+            ok = false;
+        }
+        ok
+    }
+
     /// The files the settings name exist and hold what they should.
     fn check_files(&self) -> bool {
         let mut ok = true;
@@ -674,6 +738,9 @@ impl<'a> SettingsBuilder<'a> {
         ok
     }
 }
+
+/// librdkafka's default `sasl.kerberos.kinit.cmd`.
+const DEFAULT_KINIT_CMD: &str = "kinit -R -t \"%{sasl.kerberos.keytab}\" -k %{sasl.kerberos.principal} || kinit -t \"%{sasl.kerberos.keytab}\" -k %{sasl.kerberos.principal}";
 
 /// What a file named by a setting must hold.
 #[derive(Clone, Copy)]
@@ -943,6 +1010,16 @@ pub fn parse_token_answer(body: &str, now_ms: i64) -> Result<OAuthToken, String>
     })
 }
 
+/// An operator's reading of a line of librdkafka's own log that matters
+/// although the client goes on (and that no error callback repeats): a
+/// Kerberos ticket refresh (`kinit`, SASL GSSAPI) that failed.
+pub fn explain_log(facility: &str, message: &str) -> Option<&'static str> {
+    if facility == "SASLREFRESH" && message.contains("failed") {
+        return Some("SASL GSSAPI: getting a Kerberos ticket with `kinit` failed (is `kinit` installed, and does `sasl.kerberos_keytab` hold the key of `sasl.kerberos_principal`?); the brokers will refuse the connection");
+    }
+    None
+}
+
 /// An operator's reading of a librdkafka client error: the cause, in
 /// words that say what to fix, or `None` when the error says it itself.
 pub fn explain(error: &KafkaError, reason: &str) -> Option<&'static str> {
@@ -956,6 +1033,9 @@ pub fn explain(error: &KafkaError, reason: &str) -> Option<&'static str> {
         return Some(
             "the broker refused the SASL credentials (user name, password or token: `sasl`)",
         );
+    }
+    if text.contains("unsupported sasl mechanism") {
+        return Some("the broker's listener does not offer this SASL mechanism (`sasl.mechanism`; the reason lists those it offers)");
     }
     if text.contains("certificate expired") {
         return Some("a certificate has expired (the broker refused ours, or its own is out of date): renew it");

@@ -172,9 +172,10 @@ fn every_listener_carries_records_at_least_once_and_exactly_once_and_refusals_ar
     for l in LISTENERS {
         outs.push((*l, pipelines(l, &b, &cfg, work.path())));
     }
-    let (code, out, err) = run_to_end(
+    let (code, out, err) = run_to_end_env(
         work.path(),
         &["validate", "--config", &cfg.to_string_lossy()],
+        &env(),
     );
     assert_eq!(code, Some(0), "validate: {out}{err}");
     let data = work.path().join("data");
@@ -246,6 +247,9 @@ fn refusals(b: &Broker, work: &Path) {
     let other = s.other_ca.pem();
     let bad_secret = dir.join("bad-secret");
     std::fs::write(&bad_secret, "not-the-secret").expect("secret");
+    // Not a keytab kinit can use: there is no KDC to make one for.
+    let keytab = dir.join("client.keytab");
+    std::fs::write(&keytab, "not a keytab").expect("keytab");
     let cases: Vec<(&str, u16, String, &[&str])> = vec![
         (
             "wrong_password",
@@ -287,6 +291,14 @@ fn refusals(b: &Broker, work: &Path) {
             ),
             &["OAUTHBEARER token", "401"][..],
         ),
+        (
+            // No KDC here: GSSAPI is accepted by the configuration and
+            // its failure to start Kerberos is named.
+            "gssapi",
+            s.scram,
+            format!("    tls: {{ca_file: \"{}\"}}\n    sasl: {{mechanism: GSSAPI, kerberos_principal: petrel@EXAMPLE.ORG, kerberos_keytab: \"{}\"}}\n", ca.display(), keytab.display()),
+            &["GSSAPI", "kinit"][..],
+        ),
     ];
     let mut inputs = Vec::new();
     for (name, port, sec, _) in &cases {
@@ -321,6 +333,9 @@ fn refusals(b: &Broker, work: &Path) {
         &data,
         AgentOptions {
             env: env(),
+            // The refused sinks hold their records to the end: the drain
+            // at the stop waits for them no longer than this.
+            args: vec!["--shutdown-timeout".into(), "3".into()],
             ..Default::default()
         },
     );
@@ -413,7 +428,7 @@ fn secrets_come_from_files_and_the_environment_and_a_missing_one_is_named() {
     let cfg = write_config(
         work.path(),
         "kafka",
-        "sources:\n  - type: stdin\nsinks:\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: PLAIN, username: petrel, password: \"${PETREL_TEST_UNSET_PASSWORD}\"}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: SCRAM-SHA-256, username: petrel, password_file: /nonexistent/pw}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: GSSAPI, kerberos_service_name: kafka, kerberos_principal: petrel@EXAMPLE.ORG}\n",
+        "sources:\n  - type: stdin\nsinks:\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: PLAIN, username: petrel, password: \"${PETREL_TEST_UNSET_PASSWORD}\"}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: SCRAM-SHA-256, username: petrel, password_file: /nonexistent/pw}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: GSSAPI, kerberos_service_name: kafka, kerberos_principal: petrel@EXAMPLE.ORG}\n  - type: kafka\n    brokers: [\"127.0.0.1:9093\"]\n    topic: t\n    sasl: {mechanism: GSSAPI, kerberos_principal: petrel@EXAMPLE.ORG, kerberos_keytab: kafka.yaml}\n",
     );
     let (code, out, err) = run_to_end(
         work.path(),
@@ -426,10 +441,16 @@ fn secrets_come_from_files_and_the_environment_and_a_missing_one_is_named() {
         "{text}"
     );
     assert!(text.contains("`password_file` /nonexistent/pw"), "{text}");
-    // GSSAPI is accepted: its only problems here are the two above.
+    // GSSAPI without a keytab: librdkafka's kinit command needs one (it
+    // would refuse to create the client at start).
+    assert!(
+        text.contains("kafka.yaml:15:23: SASL GSSAPI: librdkafka gets its Kerberos ticket with `kinit`, whose command needs `sasl.kerberos.keytab`: add `kerberos_keytab: /path/to/client.keytab` to `sasl`"),
+        "{text}"
+    );
+    // With one, GSSAPI is accepted: the only problems are the three above.
     assert_eq!(
         text.lines().filter(|l| l.contains("kafka.yaml:")).count(),
-        2,
+        3,
         "{text}"
     );
 }

@@ -72,8 +72,17 @@ fn lib_dir() -> PathBuf {
 
 fn java_cp() -> String {
     let lib = lib_dir();
+    // A complete test cache entry carries its `.recipe-<hash>` stamp
+    // (scripts/lib/cache.sh); a fetch that was cut short has none.
+    let complete = lib
+        .parent()
+        .and_then(|e| std::fs::read_dir(e).ok())
+        .is_some_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(".recipe-"))
+        });
     assert!(
-        lib.join(".complete").exists(),
+        complete,
         "Kafka jars missing in {}: run scripts/fetch-kafka.sh (scripts/test.sh does)",
         lib.display()
     );

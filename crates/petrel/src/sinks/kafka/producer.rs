@@ -292,6 +292,21 @@ impl Context {
     fn owners(&self) -> String {
         self.owners.lock().join(", ")
     }
+
+    /// Whether a message of `kind` is logged now: not when one was in the
+    /// last 30 s (an outage repeats the same error many times a second).
+    fn first_in_30s(&self, kind: &str) -> bool {
+        let mut last = self.last.lock();
+        let now = Instant::now();
+        if last
+            .get(kind)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
+        {
+            return false;
+        }
+        last.insert(kind.to_string(), now);
+        true
+    }
 }
 
 impl ClientContext for Context {
@@ -299,6 +314,13 @@ impl ClientContext for Context {
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         use RDKafkaLogLevel as L;
+        if let Some(cause) = crate::kafka_client::explain_log(fac, log_message) {
+            if self.first_in_30s(cause) {
+                tracing::error!(sink = %self.owners(), fac,
+                    "kafka sink {}: {cause}: {log_message} (repeats are logged every 30 s)", self.owners());
+            }
+            return;
+        }
         // Connection failures also arrive through `error`, rate limited
         // there; librdkafka's own log is for debugging.
         match level {
@@ -315,15 +337,9 @@ impl ClientContext for Context {
             Some(c) => c.to_string(),
             None => format!("{:?}", error.rdkafka_error_code()),
         };
-        let mut last = self.last.lock();
-        let now = Instant::now();
-        if last
-            .get(&kind)
-            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
-        {
+        if !self.first_in_30s(&kind) {
             return;
         }
-        last.insert(kind, now);
         match cause {
             Some(cause) => tracing::error!(sink = %self.owners(), error = %error, reason,
                 "kafka sink {}: cannot connect: {cause}; nothing is acknowledged until it can (repeats are logged every 30 s)", self.owners()),

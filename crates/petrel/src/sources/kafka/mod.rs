@@ -748,6 +748,11 @@ impl ClientContext for Ctx {
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if let Some(cause) = crate::kafka_client::explain_log(fac, log_message) {
+            tracing::error!(source = %self.0.key, facility = fac,
+                "kafka source {}: {cause}: {log_message}", self.0.key);
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

@@ -12,7 +12,9 @@
 //! as a Kubernetes Secret mount's `..data` symlink swap makes, or a new
 //! size or modification time), it is read again, and the new value is used
 //! by the next handshakes; established connections go on with the one they
-//! started with. A new pair that cannot be used (unreadable, a key that is
+//! started with. The TLS sessions kept for resumption are forgotten then:
+//! a resumed session skips the certificates, and would go on presenting
+//! (or trusting) the old ones. A new pair that cannot be used (unreadable, a key that is
 //! not the certificate's, a certificate already expired) is refused with an
 //! error in the log, and the previous one stays in use.
 //!
@@ -237,8 +239,15 @@ fn load_key(cert: &Path, key: &Path) -> anyhow::Result<LoadedKey> {
     let der = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| anyhow::anyhow!("cannot read a private key from {}: {e}", key.display()))?;
     let ck = CertifiedKey::from_der(chain, der, &provider()).map_err(|e| {
+        // rustls reads the certificate's key with webpki, which knows only
+        // X.509 v3 (the version with extensions).
+        let hint = if format!("{e:?}").contains("UnsupportedCertVersion") {
+            " (an X.509 v1 certificate: only v3 is accepted; issue it with extensions, e.g. `extendedKeyUsage`)"
+        } else {
+            ""
+        };
         anyhow::anyhow!(
-            "{} and {} do not form a usable pair: {e}",
+            "{} and {} do not form a usable pair: {e}{hint}",
             cert.display(),
             key.display()
         )
@@ -261,6 +270,8 @@ pub struct ReloadingKey {
     /// The files' stamps at the last look, and the serial in use.
     state: Mutex<(Option<Stamp>, Option<Stamp>, String)>,
     gauge: Option<ExpiryGauge>,
+    /// Run after a new pair is taken (the TLS sessions to forget).
+    on_reload: Mutex<Vec<Arc<dyn Forget>>>,
 }
 
 impl std::fmt::Debug for ReloadingKey {
@@ -299,6 +310,7 @@ impl ReloadingKey {
             current: RwLock::new(l.key),
             state: Mutex::new((stamps.0, stamps.1, l.serial)),
             gauge,
+            on_reload: Mutex::default(),
         });
         let w: Arc<dyn Watched> = k.clone();
         watch(Arc::downgrade(&w));
@@ -320,6 +332,14 @@ impl ReloadingKey {
             .unwrap_or_else(|e| e.into_inner())
             .2
             .clone()
+    }
+
+    /// Forgets the sessions of `store` whenever a new pair is taken.
+    fn forget_on_reload(&self, store: Arc<dyn Forget>) {
+        self.on_reload
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(store);
     }
 }
 
@@ -346,6 +366,14 @@ impl Watched for ReloadingKey {
                 st.2 = l.serial;
                 if let Some(g) = &self.gauge {
                     g.set(l.expiry);
+                }
+                for f in self
+                    .on_reload
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                {
+                    f.forget();
                 }
             }
             Err(e) => {
@@ -403,6 +431,8 @@ struct ReloadingVerifier<V: ?Sized> {
     build: fn(rustls::RootCertStore) -> anyhow::Result<Arc<V>>,
     current: RwLock<Arc<V>>,
     stamp: Mutex<Option<Stamp>>,
+    /// Run after new authorities are taken (the TLS sessions to forget).
+    on_reload: Mutex<Vec<Arc<dyn Forget>>>,
 }
 
 impl<V: ?Sized + Send + Sync> ReloadingVerifier<V> {
@@ -424,6 +454,7 @@ impl<V: ?Sized + Send + Sync> ReloadingVerifier<V> {
             build,
             current: RwLock::new(v),
             stamp: Mutex::new(st),
+            on_reload: Mutex::default(),
         });
         let w: Arc<dyn Watched> = r.clone();
         watch(Arc::downgrade(&w));
@@ -435,6 +466,14 @@ impl<V: ?Sized + Send + Sync> ReloadingVerifier<V> {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Forgets the sessions of `store` whenever new authorities are taken.
+    fn forget_on_reload(&self, store: Arc<dyn Forget>) {
+        self.on_reload
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(store);
     }
 }
 
@@ -451,10 +490,143 @@ impl<V: ?Sized + Send + Sync> Watched for ReloadingVerifier<V> {
                 tracing::info!(component = %self.component, ca = %self.ca_file.display(),
                     "{}: TLS authorities reloaded", self.component);
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = v;
+                for f in self
+                    .on_reload
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                {
+                    f.forget();
+                }
             }
             Err(e) => tracing::error!(component = %self.component, ca = %self.ca_file.display(),
                 "{}: the new CA file cannot be used ({e:#}); still using the previous authorities", self.component),
         }
+    }
+}
+
+/// A TLS session cache that can be emptied.
+trait Forget: Send + Sync {
+    /// Drops every session kept so far.
+    fn forget(&self);
+}
+
+/// How many sessions a cache keeps (rustls' default).
+const SESSIONS: usize = 256;
+
+/// The sessions a client keeps to resume them, forgotten when its
+/// certificate or authorities are reloaded: a resumed session carries the
+/// identity of the full handshake that made it, so the server would go on
+/// seeing the old client certificate on every new connection (and a
+/// session verified by a dropped authority would go on being trusted).
+#[derive(Debug)]
+struct ClientSessions(RwLock<Arc<rustls::client::ClientSessionMemoryCache>>);
+
+impl ClientSessions {
+    fn new() -> Arc<ClientSessions> {
+        Arc::new(ClientSessions(RwLock::new(Arc::new(
+            rustls::client::ClientSessionMemoryCache::new(SESSIONS),
+        ))))
+    }
+
+    fn inner(&self) -> Arc<rustls::client::ClientSessionMemoryCache> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Forget for ClientSessions {
+    fn forget(&self) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(rustls::client::ClientSessionMemoryCache::new(SESSIONS));
+    }
+}
+
+impl rustls::client::ClientSessionStore for ClientSessions {
+    fn set_kx_hint(&self, server_name: ServerName<'static>, group: rustls::NamedGroup) {
+        self.inner().set_kx_hint(server_name, group)
+    }
+
+    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.inner().kx_hint(server_name)
+    }
+
+    fn set_tls12_session(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.inner().set_tls12_session(server_name, value)
+    }
+
+    fn tls12_session(
+        &self,
+        server_name: &ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.inner().tls12_session(server_name)
+    }
+
+    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
+        self.inner().remove_tls12_session(server_name)
+    }
+
+    fn insert_tls13_ticket(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.inner().insert_tls13_ticket(server_name, value)
+    }
+
+    fn take_tls13_ticket(
+        &self,
+        server_name: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.inner().take_tls13_ticket(server_name)
+    }
+}
+
+/// The sessions a server keeps for its clients to resume, forgotten when
+/// its certificate or client authorities are reloaded: a resumed session
+/// skips the certificates, so a client would go on with a session made
+/// with the old server certificate (or a client certificate verified by
+/// a dropped authority).
+#[derive(Debug)]
+struct ServerSessions(RwLock<Arc<dyn rustls::server::StoresServerSessions>>);
+
+impl ServerSessions {
+    fn new() -> Arc<ServerSessions> {
+        Arc::new(ServerSessions(RwLock::new(
+            rustls::server::ServerSessionMemoryCache::new(SESSIONS),
+        )))
+    }
+
+    fn inner(&self) -> Arc<dyn rustls::server::StoresServerSessions> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Forget for ServerSessions {
+    fn forget(&self) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) =
+            rustls::server::ServerSessionMemoryCache::new(SESSIONS);
+    }
+}
+
+impl rustls::server::StoresServerSessions for ServerSessions {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.inner().put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.inner().get(key)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.inner().take(key)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
     }
 }
 
@@ -680,6 +852,8 @@ pub fn server_config(
         &owner.component,
         owner.metrics.as_ref(),
     )?;
+    let sessions = ServerSessions::new();
+    key.forget_on_reload(sessions.clone());
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?;
     let builder = match client_ca {
@@ -696,10 +870,13 @@ pub fn server_config(
                     Ok(v)
                 },
             )?;
+            v.forget_on_reload(sessions.clone());
             builder.with_client_cert_verifier(Arc::new(ClientVerifier(v)))
         }
     };
-    Ok(builder.with_cert_resolver(key))
+    let mut cfg = builder.with_cert_resolver(key);
+    cfg.session_storage = sessions;
+    Ok(cfg)
 }
 
 /// Settings of a TLS client.
@@ -719,6 +896,7 @@ pub struct ClientFiles {
 /// client certificate if any, no verification when `verify` is false; the
 /// files followed as they change.
 pub fn client_config(files: &ClientFiles, owner: &Owner) -> anyhow::Result<rustls::ClientConfig> {
+    let sessions = ClientSessions::new();
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?;
     let builder = if !files.verify {
@@ -740,6 +918,7 @@ pub fn client_config(files: &ClientFiles, owner: &Owner) -> anyhow::Result<rustl
                 Ok(v)
             },
         )?;
+        v.forget_on_reload(sessions.clone());
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(ServerVerifier(v)))
@@ -748,15 +927,16 @@ pub fn client_config(files: &ClientFiles, owner: &Owner) -> anyhow::Result<rustl
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         builder.with_root_certificates(roots)
     };
-    Ok(match (&files.cert_file, &files.key_file) {
-        (Some(cert), Some(key)) => builder.with_client_cert_resolver(ReloadingKey::new(
-            cert,
-            key,
-            &owner.component,
-            owner.metrics.as_ref(),
-        )?),
+    let mut cfg = match (&files.cert_file, &files.key_file) {
+        (Some(cert), Some(key)) => {
+            let key = ReloadingKey::new(cert, key, &owner.component, owner.metrics.as_ref())?;
+            key.forget_on_reload(sessions.clone());
+            builder.with_client_cert_resolver(key)
+        }
         _ => builder.with_no_client_auth(),
-    })
+    };
+    cfg.resumption = rustls::client::Resumption::store(sessions);
+    Ok(cfg)
 }
 
 #[cfg(test)]

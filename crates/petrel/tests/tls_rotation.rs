@@ -147,9 +147,12 @@ fn the_syslog_tls_source_serves_a_swapped_certificate_to_new_connections_and_kee
     );
     let agent = Agent::start(&cfg, &work.path().join("data"));
     let labels = [("component", "rot/source/syslog_0")];
-    let expiry_a = agent
-        .metric("petrel_tls_certificate_expiry_seconds", &labels)
-        .expect("the expiry gauge");
+    // The API answers before the pipelines have started.
+    let expiry_a = wait_for(MEDIUM, "the expiry gauge", || {
+        agent
+            .metric("petrel_tls_certificate_expiry_seconds", &labels)
+            .ok_or_else(|| agent.metrics())
+    });
     // One connection stays open across both swaps.
     let (mut long, first) = tls_connect(port, &ca);
     assert_eq!(first, a.serial);
@@ -358,7 +361,7 @@ fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_ke
         work.path(),
         "rot",
         &format!(
-            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: http\n    id: out\n    url: https://127.0.0.1:{port}/ingest\n    encoding: ndjson\n    batch: {{max_events: 2000, linger_ms: 20}}\n    tls: {{ca_file: \"{}\", cert_file: \"{}\", key_file: \"{}\"}}\n",
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: http\n    id: out\n    url: https://127.0.0.1:{port}/ingest\n    encoding: ndjson\n    batch: {{max_events: 2000, timeout_ms: 20}}\n    tls: {{ca_file: \"{}\", cert_file: \"{}\", key_file: \"{}\"}}\n",
             input.display(),
             ca.pem().display(),
             mount.cert().display(),
@@ -395,10 +398,17 @@ fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_ke
         || {
             write(next, next + 500);
             next += 500;
-            if seen.lock().expect("seen").serials.contains(&b.serial) {
+            let g = seen.lock().expect("seen");
+            if g.serials.contains(&b.serial) {
                 Ok(())
             } else {
-                Err("not yet".into())
+                Err(format!(
+                    "{} connections, {} events, the last serials {:?}; agent log:\n{}",
+                    g.serials.len(),
+                    g.lines.len(),
+                    &g.serials[g.serials.len().saturating_sub(5)..],
+                    agent.stderr()
+                ))
             }
         },
     );
@@ -435,4 +445,89 @@ fn the_http_sink_presents_a_swapped_client_certificate_on_new_connections_and_ke
         &component("rot", "sink", "out"),
     );
     assert!(sent >= EVENTS as f64, "{sent}");
+}
+
+/// One HTTPS request to the agent's API with the client configuration
+/// `cfg` (shared between calls, so its sessions are resumed): the serial
+/// of the certificate the server presented, and whether the session was
+/// resumed.
+fn api_get(port: u16, cfg: &Arc<rustls::ClientConfig>) -> (String, bool) {
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let conn = rustls::ClientConnection::new(cfg.clone(), name).expect("client");
+    let sock = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut s = rustls::StreamOwned::new(conn, sock);
+    s.write_all(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    // Read to the end: the session tickets come with the answer.
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let serial = s
+        .conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| petrel::tls::serial_and_expiry(c))
+        .map(|(s, _)| s.trim_start_matches('0').to_string())
+        .expect("a server certificate");
+    let resumed = s.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    (serial, resumed)
+}
+
+#[test]
+fn the_api_serves_a_swapped_certificate_even_to_a_client_that_resumes_its_sessions() {
+    let work = tempdir();
+    let ca = Ca::new(&work.path().join("pki"), "ca");
+    let a = ca.issue_days("a", "127.0.0.1", 0xa1, true, 300);
+    let b = ca.issue_days("b", "127.0.0.1", 0xb2, true, 200);
+    let mut mount = SecretMount::new(&work.path().join("secret"), &a);
+    let log = work.path().join("in.log");
+    append(&log, b"one\n");
+    let cfg = write_config(
+        work.path(),
+        "api",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\nsinks:\n  - type: blackhole\n",
+            log.display()
+        ),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &work.path().join("data"),
+        AgentOptions {
+            args: vec![
+                "--api-tls-cert".into(),
+                mount.cert().display().to_string(),
+                "--api-tls-key".into(),
+                mount.key().display().to_string(),
+            ],
+            ..Default::default()
+        },
+    );
+    let client = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots(&ca))
+        .with_no_client_auth(),
+    );
+    assert_eq!(api_get(agent.port, &client), (a.serial.clone(), false));
+    // The client resumes its session: the certificate is not sent again.
+    assert_eq!(api_get(agent.port, &client), (a.serial.clone(), true));
+    mount.publish(&b);
+    // Before the sessions were forgotten at a reload, the client resumed
+    // its old session for ever and never saw the new certificate.
+    wait_for(MEDIUM, "the new certificate for a resuming client", || {
+        match api_get(agent.port, &client) {
+            (s, false) if s == b.serial => Ok(()),
+            other => Err(format!("{other:?}; agent log:\n{}", agent.stderr())),
+        }
+    });
 }

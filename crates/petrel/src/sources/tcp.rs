@@ -166,7 +166,7 @@ impl petrel_core::plugin::SourceConfig for TcpSourceConfig {
             tls: match self
                 .tls
                 .as_ref()
-                .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                .map(|t| t.one_way_server_config(&crate::tls::Owner::of(&ctx.metrics)))
                 .transpose()
             {
                 Ok(t) => t,

@@ -107,9 +107,13 @@ impl Ca {
             "-out".into(),
             csr.clone(),
         ];
+        // Extensions make an X.509 v3 certificate: rustls (webpki)
+        // refuses v1 ones, which `openssl x509 -req` makes without them.
+        req.push("-addext".into());
         if server {
-            req.push("-addext".into());
             req.push("subjectAltName=IP:127.0.0.1,DNS:localhost".into());
+        } else {
+            req.push("extendedKeyUsage=clientAuth".into());
         }
         let req: Vec<&str> = req.iter().map(String::as_str).collect();
         run(&self.dir, &req);

@@ -75,4 +75,24 @@ impl TlsOptions {
             owner,
         )?))
     }
+
+    /// [`TlsOptions::server_config`] for a protocol whose senders never
+    /// read (syslog, tcp): no TLS 1.3 session tickets. A ticket the sender
+    /// never reads sits in its socket's receive buffer, and closing a
+    /// socket with unread data sends a reset instead of an orderly close,
+    /// which makes the receiving kernel throw away what it had not yet
+    /// handed to Petrel: the sender's last lines were lost.
+    pub fn one_way_server_config(
+        &self,
+        owner: &crate::tls::Owner,
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let mut cfg = crate::tls::server_config(
+            &self.cert_file,
+            &self.key_file,
+            self.ca_file.as_deref(),
+            owner,
+        )?;
+        cfg.send_tls13_tickets = 0;
+        Ok(Arc::new(cfg))
+    }
 }

@@ -271,7 +271,7 @@ impl petrel_core::plugin::SourceConfig for SyslogSourceConfig {
                         tls: self
                             .tls
                             .as_ref()
-                            .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                            .map(|t| t.one_way_server_config(&crate::tls::Owner::of(&ctx.metrics)))
                             .transpose()?,
                         socket_mode: self.socket_mode,
                         splitter: Arc::new(move || {

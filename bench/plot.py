@@ -11,7 +11,15 @@ and writes PNGs to bench/plots/:
   rate.png        CPU % of one core and RSS against the input rate
   threads.png     MB/s with 1 and 2 processing threads per data set
 
+With --headline FILE (bench/out/headline.json, written by bench/headline.sh)
+it draws the headline's charts instead:
+  headline-throughput.png  MB/s and CPU s per GB of every agent on each
+                  file row, with the raw limit (`wc -l`) as a line
+  headline-rate.png  CPU % of one core and average RSS of every agent on
+                  the fixed-rate rows
+
   bench/plot.py [--out DIR] [--results DIR]
+  bench/plot.py --headline bench/out/headline.json [--out DIR]
 
 Needs matplotlib (bench/run.sh installs it into a venv under target/ when
 it is missing). Charts whose input is missing are skipped with a note.
@@ -175,14 +183,100 @@ def plot_rate(rows, out):
     return True
 
 
+AGENT_LABELS = {"petrel": "Petrel", "fluent-bit": "Fluent Bit", "otelcol": "OTel Collector",
+                "vector": "Vector", "cat": "cat > /dev/null"}
+
+
+def plot_headline(h, out):
+    """The headline's charts from bench/out/headline.json."""
+    made = 0
+    files = [r for r in h["rows"] if r["kind"] == "file" and r["figures"]]
+    rows = [x for x in ORDER if any(r["row"] == x for r in files)]
+    agents = [a for a in ("petrel", "fluent-bit", "otelcol", "vector", "cat")
+              if any(r["agent"] == a for r in files)]
+    if rows and agents:
+        by = {(r["row"], r["agent"]): r["figures"] for r in files}
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
+        width = 0.8 / len(agents)
+        for i, a in enumerate(agents):
+            xs, mbs, cpu = [], [], []
+            for j, d in enumerate(rows):
+                f = by.get((d, a))
+                if f:
+                    xs.append(j + (i - (len(agents) - 1) / 2) * width)
+                    mbs.append(f["mb_s"])
+                    cpu.append(f["cpu_s_per_gb"])
+            ax1.bar(xs, mbs, width, label=AGENT_LABELS.get(a, a))
+            ax2.bar(xs, cpu, width, label=AGENT_LABELS.get(a, a))
+        for j, d in enumerate(rows):
+            wc = by.get((d, "wc -l"))
+            if wc:
+                ax1.hlines(wc["mb_s"], j - 0.45, j + 0.45, colors="black", linestyles="dashed",
+                           label="wc -l (raw limit)" if j == 0 else None)
+        ax1.set_ylabel("MB/s")
+        ax1.set_yscale("log")
+        ax1.legend(fontsize=8)
+        ax1.set_title(f"Page-cached file → file on tmpfs ({h['knobs']['size']}, {h['date']})")
+        ax2.set_ylabel("CPU seconds per GB")
+        ax2.set_yscale("log")
+        ax2.set_xticks(range(len(rows)))
+        ax2.set_xticklabels(rows)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "headline-throughput.png"), dpi=100)
+        plt.close(fig)
+        made += 1
+    rates = [r for r in h["rows"] if r["kind"] == "rate" and r["figures"]]
+    if rates:
+        rrows = [x for x in ("rate", "pipelines") if any(r["row"] == x for r in rates)]
+        ragents = [a for a in ("petrel", "fluent-bit", "otelcol", "vector")
+                   if any(r["agent"] == a for r in rates)]
+        by = {(r["row"], r["agent"]): r["figures"] for r in rates}
+        r, pl = h.get("rate", {}), h.get("pipelines", {})
+        labels = {"rate": f"{r.get('mb_s', 10):g} MB/s, 1 file",
+                  "pipelines": f"{pl.get('count', 1000):,} inputs, {pl.get('active', 4)} at "
+                               f"{pl.get('mb_s', 3):g} MB/s"}
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+        width = 0.8 / len(ragents)
+        for i, a in enumerate(ragents):
+            xs, cpu, rss = [], [], []
+            for j, d in enumerate(rrows):
+                f = by.get((d, a))
+                if f:
+                    xs.append(j + (i - (len(ragents) - 1) / 2) * width)
+                    cpu.append(f["cpu_pct"])
+                    rss.append(f["rss_avg_mb"] or 0)
+            ax1.bar(xs, cpu, width, label=AGENT_LABELS.get(a, a))
+            ax2.bar(xs, rss, width, label=AGENT_LABELS.get(a, a))
+        for ax in (ax1, ax2):
+            ax.set_xticks(range(len(rrows)))
+            ax.set_xticklabels([labels.get(r, r) for r in rrows])
+            ax.legend(fontsize=8)
+        ax1.set_ylabel("CPU % of one core")
+        ax1.set_title("CPU at a fixed rate")
+        ax2.set_ylabel("RSS, MiB (average)")
+        ax2.set_title("Memory at a fixed rate")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "headline-rate.png"), dpi=100)
+        plt.close(fig)
+        made += 1
+    return made
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=os.path.join(root, "bench", "out"))
     ap.add_argument("--out", default=os.path.join(root, "bench", "plots"))
+    ap.add_argument("--headline", metavar="FILE",
+                    help="draw the headline's charts from bench/out/headline.json")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.headline:
+        with open(a.headline) as f:
+            made = plot_headline(json.load(f), a.out)
+        print(f"plot.py: {made} headline chart(s) in {a.out}", file=sys.stderr)
+        return 0 if made else 1
     best = best_runs(load_jsonl(os.path.join(a.results, "results.jsonl")))
     lim = limits(os.path.join(a.results, "limits.tsv"))
     made = [

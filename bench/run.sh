@@ -39,6 +39,8 @@
 #   BENCH_DEVNULL=1 the file sink writes /dev/null instead (the tables of
 #                   BENCHMARKS.md before issue 22); not the default
 #   BENCH_NO_BUILD=1  skip `cargo build --release -p petrel`
+#   BENCH_BIN=PATH  run this petrel binary as it is (nothing is built;
+#                   PETREL_COMMIT=... names what it was built from)
 #   BENCH_PROFILE=ci  build and run target/ci/petrel (the test command's
 #                   profile: release without LTO) instead of target/release
 #   BENCH_PLOT=0    no charts (by default bench/plot.py redraws bench/plots/*.png

@@ -25,7 +25,10 @@
 #
 # Environment: BENCH_SIZE (256MiB), BENCH_RUNS (3), BENCH_THREADS (1),
 # BENCH_SINKS (all of the above), PETREL_BIN (target/release/petrel, built
-# when missing). Results: stdout and bench/out/sinks.md.
+# when missing), BENCH_JSONL (also copy every run's JSON object, with the
+# sink's name and the store's CPU, to this file; bench/headline.sh reads
+# it), BENCH_QUIET_WAIT (60: before each run, wait up to that many seconds
+# for an idle machine). Results: stdout and bench/out/sinks-<store>.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SIZE=${BENCH_SIZE:-256MiB}
@@ -101,7 +104,7 @@ for run in $(seq "$RUNS"); do
         cpu0=$(server_cpu)
         python3 "$ROOT/bench/petrel_bench.py" throughput --bin "$BIN" --file "$WORK/in.log" \
             --lines "$LINES" --sink "$(variant "$s")" --parse json512 --threads "$THREADS" \
-            --workdir "$WORK/run" --quiet-wait 60 \
+            --workdir "$WORK/run" --quiet-wait "${BENCH_QUIET_WAIT:-60}" \
             > "$WORK/one.json"
         # The server's CPU during the run, in clock ticks.
         cpu1=$(server_cpu)
@@ -110,6 +113,7 @@ for run in $(seq "$RUNS"); do
     done
 done
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
+[[ -z "${BENCH_JSONL:-}" ]] || cp "$WORK/results.jsonl" "$BENCH_JSONL"
 [[ "$STORE" != victorialogs ]] || echo '"victorialogs v1.52.1"' > "$WORK/server.json"
 python3 - "$WORK/results.jsonl" "$SIZE" "$RUNS" "$(cat "$WORK/server.json")" <<'PY' | tee "$OUT/sinks-$STORE.md"
 import json, statistics, sys

@@ -76,6 +76,12 @@
 #   PETREL_THREADS     petrel's --threads (default 1)
 #   LOGGEN, RSYSLOGD, SYSLOG_NG  override the programs' paths
 #
+#   BENCH_RESULT       where the report goes (default
+#                      bench/results/syslog-<UTC date>.md)
+#   BENCH_TSV          also copy the raw rows (tab-separated: case, receiver,
+#                      OK|SKIP, sent, received, seconds, CPU s, VmHWM kB, ...)
+#                      to this file (bench/headline.sh reads them)
+#
 # Results: the tables on stdout and in bench/results/syslog-<UTC date>.md;
 # per-run configs and logs stay in BENCH_DIR while it runs. Needs bash,
 # python3, awk, grep; the peers from scripts/install-syslog-tools.sh.
@@ -623,6 +629,7 @@ report() {
     echo "Cases: tcpN-S = N connections, S-byte messages, loggen as fast as it goes for $BENCH_SECONDS s (TCP flow control paces it to the receiver); udp-S@Rk = one UDP socket at R thousand messages/s for $BENCH_SECONDS s. msgs/s = received / (loggen start → last growth of the output file). CPU s = the receiver's utime+stime over that window (10 ms ticks). Loss = (sent − received) / sent; kernel drops = /proc/net/udp drops of the receiver's socket, part of that loss. CPU/M vs Petrel = the receiver's CPU per million messages / Petrel's (memory buffer) in the same case. loggen shares the 2 cores with the receiver; its --rate is approximate (it sent 4-30 % more than asked in our runs, more on a busy machine), so the sent rate is measured; a UDP rate above loggen's own maximum (first table) means as fast as it goes. other procs = cores used by everything but the receiver and loggen during the run; above ~0.2 the run competed for the CPU."
 }
 mkdir -p "$ROOT/bench/results"
-RESULT="$ROOT/bench/results/syslog-$(date -u +%Y%m%d-%H%M).md"
+RESULT="${BENCH_RESULT:-$ROOT/bench/results/syslog-$(date -u +%Y%m%d-%H%M).md}"
 report | tee "$RESULT"
+[[ -z "${BENCH_TSV:-}" ]] || cp "$ROWS" "$BENCH_TSV"
 note "wrote $RESULT"

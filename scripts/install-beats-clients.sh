@@ -10,12 +10,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/cache.sh"
-version=v0.2.0
-if ! cache_begin beats-clients "$version" "$0"; then
-  command -v go >/dev/null || { echo "install-beats-clients: go (1.21 or newer) is required" >&2; exit 1; }
-  cache_go_env
-  GOBIN="$CACHE_ENTRY/bin" go install "github.com/elastic/go-lumber/cmd/tst-send@$version"
-  cache_done
-fi
-cache_link "$root" beats-clients
-echo "tst-send (go-lumber $version): $root/.cache/beats-clients/bin/tst-send"
+cache_go_install "$root" beats-clients v0.2.0 github.com/elastic/go-lumber/cmd/tst-send "$0"
+echo "tst-send (go-lumber v0.2.0): $root/.cache/beats-clients/bin/tst-send"

@@ -8,12 +8,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/cache.sh"
-version=v1.8.0
-if ! cache_begin versitygw "$version" "$0"; then
-  command -v go >/dev/null || { echo "versitygw: go (1.24 or newer) is required" >&2; exit 1; }
-  cache_go_env
-  GOBIN="$CACHE_ENTRY/bin" go install "github.com/versity/versitygw/cmd/versitygw@$version"
-  cache_done
-fi
-cache_link "$root" versitygw
-"$CACHE_ENTRY/bin/versitygw" --version
+cache_go_install "$root" versitygw v1.8.0 github.com/versity/versitygw/cmd/versitygw "$0"
+"$root/.cache/versitygw/bin/versitygw" --version

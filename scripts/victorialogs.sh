@@ -9,12 +9,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/cache.sh"
-version=v1.52.1
-if ! cache_begin victorialogs "$version" "$0"; then
-  command -v go >/dev/null || { echo "victorialogs: go (1.24 or newer) is required" >&2; exit 1; }
-  cache_go_env
-  GOBIN="$CACHE_ENTRY/bin" go install "github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@$version"
-  cache_done
-fi
-cache_link "$root" victorialogs
-"$CACHE_ENTRY/bin/victoria-logs" -version
+cache_go_install "$root" victorialogs v1.52.1 github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs "$0"
+"$root/.cache/victorialogs/bin/victoria-logs" -version

@@ -12,7 +12,8 @@ OUT="$ROOT/bench/out"
 # minutes to build instead of twenty); both sides of bench/compare.sh then
 # use it, so that the ratio compares code, not profiles.
 BENCH_PROFILE="${BENCH_PROFILE:-release}"
-BUILT="${CARGO_TARGET_DIR:-$ROOT/target}/$BENCH_PROFILE/petrel"
+# BENCH_BIN: a given binary, run as it is (nothing is built).
+BUILT="${BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/$BENCH_PROFILE/petrel}"
 # Benchmarks run a private copy: others may rebuild target/ meanwhile.
 BIN="$OUT/petrel"
 HELPER="$ROOT/bench/petrel_bench.py"
@@ -92,14 +93,18 @@ build_command() {
 # Builds the current tree (unless BENCH_NO_BUILD=1) and copies its binary
 # to $BIN; BUILT_FROM says what it was built from.
 build() {
-    if [[ "${BENCH_NO_BUILD:-0}" != 1 ]]; then
+    if [[ "${BENCH_NO_BUILD:-0}" != 1 && -z "${BENCH_BIN:-}" ]]; then
         echo "== $(build_command)" >&2
         (cd "$ROOT" && $(build_command)) || die "$BENCH_PROFILE build failed"
     fi
     [[ -x "$BUILT" ]] || die "$BUILT not found; run $(build_command)"
     cp "$BUILT" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
     # What the copied binary was built from (others may commit meanwhile).
-    BUILT_FROM="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'no git')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')"
+    if [[ -n "${BENCH_BIN:-}" ]]; then
+        BUILT_FROM="${PETREL_COMMIT:-not known (BENCH_BIN=$BENCH_BIN)}"
+    else
+        BUILT_FROM="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'no git')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes in crates/')"
+    fi
     echo "== using $BIN (sha256 $(sha256sum "$BIN" | cut -c1-12))" >&2
 }
 

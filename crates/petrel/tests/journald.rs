@@ -680,3 +680,55 @@ fn internal_logs_fed_back_by_a_failing_sink_stay_bounded() {
     );
     drop(agent);
 }
+
+/// Damages the entry object of entry `i` in `file` (its object type), so
+/// that journalctl leaves the entry out without a word.
+fn damage_entry(file: &Path, i: u64) {
+    let mut data = std::fs::read(file).unwrap();
+    // An entry object: header (type, flags, reserved, size: 16 bytes),
+    // seqnum, then realtime and monotonic, which `export_entry` chose.
+    let mut pat = (BASE_US + i * 7).to_le_bytes().to_vec();
+    pat.extend_from_slice(&(5_000_000 + i * 7).to_le_bytes());
+    let at = data
+        .windows(pat.len())
+        .position(|w| w == pat.as_slice())
+        .unwrap_or_else(|| panic!("entry {i}'s object not found"));
+    data[at - 24] = 0x7f;
+    std::fs::write(file, data).unwrap();
+}
+
+#[test]
+fn entries_a_damaged_journal_file_loses_are_counted_and_logged() {
+    tools();
+    let dir = tempdir();
+    let journal = dir.path().join("journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    const N: u64 = 3000;
+    let file = write_journal(&journal, "a.journal", 0..N);
+    for i in [1000, 1500, 2000] {
+        damage_entry(&file, i);
+    }
+    // journalctl itself says nothing and gives the others.
+    assert_eq!(journal_json(&journal).len(), N as usize - 3);
+    let out = dir.path().join("out.ndjson");
+    journald_pipeline(dir.path(), "damaged", &journal, "", &out, "ndjson");
+    let agent = Agent::start(&dir.path().join("damaged.yaml"), &dir.path().join("data"));
+    wait_lines(&out, N as usize - 3);
+    let (got, lines) = seqs(&out);
+    assert_eq!(lines, N as usize - 3);
+    for i in [1000, 1500, 2000] {
+        assert!(!got.contains(&i));
+    }
+    wait_metric(
+        &agent,
+        "petrel_component_errors_total",
+        &source_error("damaged", "journal", "journal_skipped"),
+        3.0,
+        false,
+    );
+    assert!(
+        agent.stderr().contains("journalctl left out entries"),
+        "{}",
+        agent.stderr()
+    );
+}

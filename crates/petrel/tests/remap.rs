@@ -269,7 +269,9 @@ fn bad_input_is_a_counted_error_never_a_crash() {
         &source(". = merge(., object!(parse_json!(.message)))"),
         "",
     );
-    // A 10 MB line: doubling it is over max_output_bytes (4 MiB).
+    // A 10 MB line: copying it, then doubling it, is over the run's
+    // working-memory limit (a quarter of the pipeline's share of the 64
+    // MiB limit); the next line is small.
     let mut big = vec![b'x'; 10 << 20];
     big.push(b'\n');
     big.extend_from_slice(b"small\n");
@@ -281,13 +283,13 @@ fn bad_input_is_a_counted_error_never_a_crash() {
         "    max_line_bytes: 16MiB\n",
     );
     // A program building a huge value out of a short line: 2^20 copies
-    // (16 MiB).
+    // (16 MiB), over the same limit before it is done.
     let mut doubling = String::from("s = string!(.message)\n");
     for _ in 0..20 {
         doubling.push_str("s = s + s\n");
     }
     doubling.push_str(".big = s\n");
-    let huge = pipeline(d, "huge", b"0123456789abcdef\n", &source(&doubling), "");
+    let huge = pipeline(d, "huge", b"0123456789abcdef\nx\n", &source(&doubling), "");
     let conf = d.join("conf");
     let mut agent = Agent::start_with(
         &conf,
@@ -298,22 +300,38 @@ fn bad_input_is_a_counted_error_never_a_crash() {
         },
     );
     wait_lines(&utf8, 2);
-    wait_lines(&big_out, 2);
-    wait_lines(&huge, 1);
-    for p in ["utf8", "big", "huge"] {
+    wait_lines(&big_out, 1);
+    let mut l = component("utf8", "processor", "vrl");
+    l.push(("error_type", "remap"));
+    wait_metric(&agent, "petrel_component_errors_total", &l, 1.0, false);
+    // Runs over a limit are interrupted, counted, and handled as aborts:
+    // dropped (drop_on_abort), the other events go on.
+    for p in ["big", "huge"] {
         let mut l = component(p, "processor", "vrl");
-        l.push(("error_type", "remap"));
+        l.push(("reason", "remap_limit"));
+        wait_metric(
+            &agent,
+            "petrel_component_discarded_events_total",
+            &l,
+            1.0,
+            false,
+        );
+        let mut l = component(p, "processor", "vrl");
+        l.push(("error_type", "remap_limit"));
         wait_metric(&agent, "petrel_component_errors_total", &l, 1.0, false);
     }
-    assert!(agent.stderr().contains("remap"), "{}", agent.stderr());
+    assert!(
+        agent.stderr().contains("max_memory_bytes"),
+        "{}",
+        agent.stderr()
+    );
     agent.stop();
     let got = records(&big_out);
-    assert_eq!(got.len(), 2);
-    assert_eq!(got[0]["message"].as_str().map(str::len), Some(10 << 20));
-    assert!(got[0].get("copy").is_none());
-    assert_eq!(got[1], json!({"message": "small", "copy": "smallsmall"}));
+    assert_eq!(got, vec![json!({"message": "small", "copy": "smallsmall"})]);
     let got = records(&huge);
-    assert_eq!(got, vec![json!({"message": "0123456789abcdef"})]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["message"], "x");
+    assert_eq!(got[0]["big"].as_str().map(str::len), Some(1 << 20));
     let got = records(&utf8);
     assert_eq!(
         got,
@@ -629,14 +647,14 @@ fn vrl_conditions_in_filter_and_on_sinks() {
 #[test]
 fn a_program_that_doubles_an_array_stays_within_the_memory_limit() {
     let dir = tempdir();
-    // 20,000 lines of 512 bytes; each run makes an array of the line's
-    // characters and doubles it five times: 16,384 values, about 1 MB of
-    // working memory and new data per event. Without limits the agent
-    // held hundreds of MB at a 16 MiB limit.
+    // 3,000 lines of 512 bytes; each run makes an array of the line's
+    // characters and doubles it eight times: 131,072 values, well over
+    // the run's working-memory limit (a quarter of the pipeline's 16 MiB).
+    // Without limits such a program held hundreds of MB.
     let line = format!("{}\n", "z".repeat(511));
-    let input = line.repeat(20_000);
+    let input = line.repeat(3_000);
     let program = "a = split(string!(.message), \"\")\n".to_string()
-        + &"a = append(a, a)\n".repeat(5)
+        + &"a = append(a, a)\n".repeat(8)
         + ".a = a";
     let out = pipeline(
         dir.path(),
@@ -662,7 +680,7 @@ fn a_program_that_doubles_an_array_stays_within_the_memory_limit() {
             "petrel_component_discarded_events_total",
             ("reason", "remap_limit"),
         );
-        if written + limited >= 20_000.0 {
+        if written + limited >= 3_000.0 {
             Ok(())
         } else {
             Err(format!("{written} written, {limited} over a limit"))
@@ -674,13 +692,9 @@ fn a_program_that_doubles_an_array_stays_within_the_memory_limit() {
         "petrel_component_discarded_events_total",
         ("reason", "remap_limit"),
     );
-    assert!(
-        limited > 0.0,
-        "runs over the batch's share of the budget are aborted and counted"
-    );
-    assert!(
-        count_lines(&out) > 0,
-        "the runs within the limits are written"
+    assert_eq!(
+        limited, 3_000.0,
+        "every run over its working-memory limit is interrupted and counted"
     );
     // The limit plus the documented overhead: twice the pipeline's share
     // for the program, and the agent's own (about 30 MB).

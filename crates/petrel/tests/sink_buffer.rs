@@ -460,26 +460,17 @@ fn small_records_pipeline(
     (cfg, log, out)
 }
 
-/// Writes `n` lines and waits until the buffer holds them durably: the
-/// file sink has them and the source committed the whole file.
-fn fill_buffer(agent: &Agent, data: &Path, log: &Path, out: &Path, n: usize) {
-    append(log, &numbered(0, n));
-    wait_file_lines(out, n, "the file sink has every line");
-    let size = std::fs::metadata(log).unwrap().len();
-    wait_for(
-        Duration::from_secs(60),
-        "the whole file committed",
-        || match checkpoint_offset(data, log) {
-            Some(o) if o == size => Ok(()),
-            other => Err(format!("checkpoint {other:?} of {size}")),
-        },
-    );
-    assert!(buffer_metric(agent, "petrel_component_buffer_events", "slow") > 0.0);
+/// A pipeline whose http sink's server held every request while its disk
+/// buffer took `n` lines (durably: the file sink has them and the source
+/// committed the whole file), and whose agent was then killed (-9).
+struct HeldBuffer {
+    server: Arc<Stalled>,
+    dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    cfg: std::path::PathBuf,
 }
 
-#[test]
-fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is_delivered() {
-    const N: usize = 20_000;
+fn held_buffer(n: usize) -> HeldBuffer {
     let server = Arc::new(Stalled::default());
     let addr = serve_stalled(server.clone());
     let dir = tempdir();
@@ -487,8 +478,36 @@ fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is
     let (cfg, log, out) =
         small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
     let mut agent = Agent::start(&cfg, &data);
-    fill_buffer(&agent, &data, &log, &out, N);
+    append(&log, &numbered(0, n));
+    wait_file_lines(&out, n, "the file sink has every line");
+    let size = std::fs::metadata(&log).unwrap().len();
+    wait_for(
+        Duration::from_secs(60),
+        "the whole file committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    assert!(buffer_metric(&agent, "petrel_component_buffer_events", "slow") > 0.0);
     agent.kill9();
+    HeldBuffer {
+        server,
+        dir,
+        data,
+        cfg,
+    }
+}
+
+#[test]
+fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is_delivered() {
+    const N: usize = 20_000;
+    let HeldBuffer {
+        server,
+        dir: _dir,
+        data,
+        cfg,
+    } = held_buffer(N);
     // 64 bytes flipped in the middle of the segment, 3,000 cut from its end.
     let seg = buffer_segments(&data, "small", "slow")
         .into_iter()
@@ -557,15 +576,12 @@ fn damage_in_a_buffer_segment_is_logged_counted_and_reported_and_what_follows_is
 #[test]
 fn a_damaged_buffer_state_file_never_stops_the_agent_and_never_skips_data() {
     const N: usize = 20_000;
-    let server = Arc::new(Stalled::default());
-    let addr = serve_stalled(server.clone());
-    let dir = tempdir();
-    let data = dir.path().join("data");
-    let (cfg, log, out) =
-        small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
-    let mut agent = Agent::start(&cfg, &data);
-    fill_buffer(&agent, &data, &log, &out, N);
-    agent.kill9();
+    let HeldBuffer {
+        server,
+        dir: _dir,
+        data,
+        cfg,
+    } = held_buffer(N);
     let state = data.join("buffers/small/slow/reader.state");
     // Garbage: the agent starts, says so, and reads the buffer again.
     let junk: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
@@ -643,38 +659,25 @@ fn a_batch_larger_than_the_buffer_is_written_never_dropped_under_block() {
 
 #[test]
 fn a_disk_that_fills_and_frees_again_and_again_loses_nothing_a_buffer_acknowledged() {
-    const N: usize = 120_000;
+    const N: usize = 180_000;
     let server = Arc::new(Stalled::default());
     let addr = serve_stalled(server.clone());
     let dir = tempdir();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     let _fs = Tmpfs::mount(&data, "8m");
+    // The buffer may hold more than the disk: the disk is the limit.
     let (cfg, log, out) =
-        small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 4MiB }");
-    let agent = Agent::start(&cfg, &data);
-    // The disk fills, then 512 KiB are freed, every 1.5 s, while lines
-    // arrive and the http sink's server holds every request.
+        small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
+    let mut agent = Agent::start(&cfg, &data);
+    // The disk stays full but for 512 KiB freed every 3 s (then filled
+    // again), while lines arrive and the http sink's server holds every
+    // request.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flapper = {
         let stop = stop.clone();
         let data = data.clone();
-        std::thread::spawn(move || {
-            let mut rounds = 0;
-            while !stop.load(Ordering::SeqCst) {
-                let filler = fill_disk(&data);
-                std::thread::sleep(Duration::from_millis(1500));
-                let len = std::fs::metadata(&filler).map_or(0, |m| m.len());
-                let _ = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&filler)
-                    .and_then(|f| f.set_len(len.saturating_sub(512 << 10)));
-                std::thread::sleep(Duration::from_millis(1500));
-                let _ = std::fs::remove_file(&filler);
-                rounds += 1;
-            }
-            rounds
-        })
+        std::thread::spawn(move || flap_disk(&data, &stop))
     };
     for k in 0..12 {
         append(&log, &numbered(k * (N / 12), N / 12));
@@ -683,8 +686,16 @@ fn a_disk_that_fills_and_frees_again_and_again_loses_nothing_a_buffer_acknowledg
     stop.store(true, Ordering::SeqCst);
     let rounds = flapper.join().unwrap();
     assert!(rounds >= 3, "the disk flapped {rounds} times");
-    // Room again and the server answers: every line arrives.
+    // Killed with what the buffer acknowledged on disk, restarted with
+    // room again and the server answering: every line arrives.
+    let log_text = agent.stderr();
+    assert!(
+        log_text.contains("disk buffer") && log_text.contains("No space left"),
+        "the disk refused the buffer's writes: {log_text}"
+    );
+    agent.kill9();
     server.released.store(true, Ordering::SeqCst);
+    let agent = Agent::start(&cfg, &data);
     wait_file_lines(&out, N, "the file sink has every line");
     wait_for(
         Duration::from_secs(120),
@@ -727,15 +738,12 @@ fn unread_in_buffer(dir: &Path) -> std::collections::HashSet<String> {
 #[test]
 fn a_kill_9_while_draining_resends_only_what_came_after_the_saved_read_position() {
     const N: usize = 200_000;
-    let server = Arc::new(Stalled::default());
-    let addr = serve_stalled(server.clone());
-    let dir = tempdir();
-    let data = dir.path().join("data");
-    let (cfg, log, out) =
-        small_records_pipeline(dir.path(), addr, "{ type: disk, max_size: 64MiB }");
-    let mut agent = Agent::start(&cfg, &data);
-    fill_buffer(&agent, &data, &log, &out, N);
-    agent.kill9();
+    let HeldBuffer {
+        server,
+        dir: _dir,
+        data,
+        cfg,
+    } = held_buffer(N);
     server.released.store(true, Ordering::SeqCst);
     let mut agent = Agent::start(&cfg, &data);
     wait_for(

@@ -660,29 +660,14 @@ fn a_spool_on_a_disk_that_fills_and_frees_again_delivers_every_event_it_answered
         dir.path(),
         "hec",
         &format!(
-            "sources:\n  - type: splunk_hec\n    address: 127.0.0.1:{port}\n    tokens: [\"${{HEC_TEST_TOKEN}}\"]\n    buffer: {{ type: disk, max_bytes: 4MiB }}\nsinks:\n  - type: http\n    url: http://{addr}/ingest\n    timeout_ms: 600000\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n"
+            "sources:\n  - type: splunk_hec\n    address: 127.0.0.1:{port}\n    tokens: [\"${{HEC_TEST_TOKEN}}\"]\n    max_body_bytes: 1MiB\n    buffer: {{ type: disk, max_bytes: 4MiB }}\nsinks:\n  - type: http\n    url: http://{addr}/ingest\n    timeout_ms: 600000\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n"
         ),
     );
     let agent = start(&cfg, &data);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flapper = {
         let (stop, data) = (stop.clone(), data.clone());
-        std::thread::spawn(move || {
-            let mut rounds = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let filler = fill_disk(&data);
-                std::thread::sleep(Duration::from_millis(1500));
-                let len = std::fs::metadata(&filler).map_or(0, |m| m.len());
-                let _ = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&filler)
-                    .and_then(|f| f.set_len(len.saturating_sub(512 << 10)));
-                std::thread::sleep(Duration::from_millis(1500));
-                let _ = std::fs::remove_file(&filler);
-                rounds += 1;
-            }
-            rounds
-        })
+        std::thread::spawn(move || flap_disk(&data, &stop))
     };
     // Requests of 100 events for 15 s: some answered 200 (durable in the
     // spool), some 503 (not taken: the client keeps them).

@@ -75,6 +75,20 @@ fn top_cmd(addr: &str, exit_file: &Path) -> String {
     )
 }
 
+/// Waits for `petrel top`'s exit status in `exit_file`. The shell creates
+/// the file before it writes the status: an empty file is not an answer
+/// yet (it was once read as "", which failed this test).
+fn exit_status(exit_file: &Path) -> String {
+    wait_for(LONG, "petrel top exited", || {
+        std::fs::read_to_string(exit_file)
+            .map_err(|e| e.to_string())
+            .and_then(|s| match s.trim() {
+                "" => Err("the exit file is still empty".to_string()),
+                code => Ok(code.to_string()),
+            })
+    })
+}
+
 #[test]
 fn top_shows_a_busy_pipeline_and_q_exits_0() {
     let dir = tempdir();
@@ -132,11 +146,7 @@ fn top_shows_a_busy_pipeline_and_q_exits_0() {
         "the sink's row: {screen}"
     );
     tmux.keys("q");
-    let code = wait_for(LONG, "petrel top exited", || {
-        std::fs::read_to_string(&exit_file)
-            .map(|s| s.trim().to_string())
-            .map_err(|e| e.to_string())
-    });
+    let code = exit_status(&exit_file);
     assert_eq!(code, "0", "exit status of `petrel top` after q");
     stop.store(true, Ordering::SeqCst);
     writer.join().unwrap();
@@ -224,10 +234,6 @@ fn top_says_clearly_when_no_agent_answers() {
         }
     });
     tmux.keys("q");
-    let code = wait_for(LONG, "petrel top exited", || {
-        std::fs::read_to_string(&exit_file)
-            .map(|s| s.trim().to_string())
-            .map_err(|e| e.to_string())
-    });
+    let code = exit_status(&exit_file);
     assert_eq!(code, "0");
 }

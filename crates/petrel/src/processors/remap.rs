@@ -796,6 +796,18 @@ impl Processor for Remap {
                 &meta,
                 &mut limits,
             );
+            // The last expression has no checkpoint after it: what it
+            // allocated is looked at here.
+            let result = match result {
+                Ok(_) if limits.measure.live() > max_memory => {
+                    limits.hit = Some(format!(
+                        "the run held {} bytes, over max_memory_bytes ({max_memory})",
+                        limits.measure.live()
+                    ));
+                    Err(Terminate::Interrupted)
+                }
+                other => other,
+            };
             drop(limits.measure);
             let failure = match result {
                 Ok(outcome) => {
@@ -1693,6 +1705,38 @@ mod tests {
         r.process(&mut b);
         assert_eq!(b.events.len(), 1);
         assert!(b.events[0].get("n").is_none());
+    }
+
+    #[test]
+    fn the_new_data_of_a_batch_is_charged_and_bounded_by_the_pipeline_budget() {
+        // Each run leaves about 40 KB; a 256 KiB pipeline budget takes a
+        // few events' worth, the rest of the batch is over the limit.
+        let doubling =
+            "s = string!(.message)\n".to_string() + &"s = s + s\n".repeat(10) + ".big = s";
+        let (r, m) = remap(&program(&doubling));
+        let line = "y".repeat(40);
+        let lines: Vec<&str> = (0..20).map(|_| line.as_str()).collect();
+        let mut b = batch_of(&lines);
+        let budget =
+            petrel_core::PipelineBudget::new(petrel_core::MemoryBudget::new(1 << 20), 256 << 10);
+        b.charge = budget.charge_held(1024);
+        r.process(&mut b);
+        let kept = b.events.len();
+        assert!((3..20).contains(&kept), "{kept} of 20 events kept");
+        assert!(b.events.iter().all(|e| e.get("big").is_some()));
+        // What was kept is charged to the budget, with the batch.
+        assert!(
+            budget.used() >= kept * 40_000,
+            "{} bytes charged",
+            budget.used()
+        );
+        let text = m.metrics().render();
+        assert!(
+            text.contains(&format!("reason=\"remap_limit\"}} {}", 20 - kept)),
+            "{text}"
+        );
+        drop(b);
+        assert_eq!(budget.used(), 0, "released with the batch");
     }
 
     #[test]

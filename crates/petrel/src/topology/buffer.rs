@@ -189,13 +189,7 @@ pub fn start(
     // The events the buffer holds from an earlier run, so that the gauge
     // says what is on disk from the start.
     let mut held = 0u64;
-    let _ = reader.for_each_unread_prefix(RECORD_META, |b| {
-        if let Some(n) = b.get(9..17).and_then(|e| e.try_into().ok()) {
-            if b[0] == RECORD_VERSION {
-                held += u64::from_le_bytes(n);
-            }
-        }
-    });
+    let _ = reader.for_each_unread_prefix(RECORD_META, |b| held += record_events(b));
     let shared = Arc::new(Shared {
         written: Notify::new(),
         closed: AtomicBool::new(false),
@@ -275,6 +269,18 @@ fn write_record(p: &Payload, attachment: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(attachment.len() as u32).to_le_bytes());
     out.extend_from_slice(attachment);
     out.extend_from_slice(p.data.data());
+}
+
+/// The events of a record from its first [`RECORD_META`] bytes (0 when
+/// they are not a record of this version).
+fn record_events(b: &[u8]) -> u64 {
+    match (
+        b.first(),
+        b.get(9..17).and_then(|e| <[u8; 8]>::try_from(e).ok()),
+    ) {
+        (Some(&RECORD_VERSION), Some(n)) => u64::from_le_bytes(n),
+        _ => 0,
+    }
 }
 
 /// A record read back.
@@ -617,9 +623,27 @@ impl Draining {
     }
 
     fn report(&mut self) {
-        for d in self.reader.take_damage() {
+        let damage = self.reader.take_damage();
+        for d in &damage {
             self.damage
                 .report(&d.path, d.offset, d.bytes, d.records, &d.what);
+        }
+        if !damage.is_empty() {
+            // The events of a skipped record are unknown to the count
+            // kept since the start: count what is left again, so the
+            // gauge keeps saying what is on disk.
+            let mut left = 0u64;
+            let _ = self.reader.for_each_unread_prefix(RECORD_META, |b| {
+                left += record_events(b);
+            });
+            let in_flight: u64 = self
+                .chunks
+                .values()
+                .flat_map(|f| f.events.iter().flatten())
+                .sum();
+            self.shared
+                .events
+                .store((left + in_flight) as i64, Ordering::Relaxed);
         }
         self.damage.tick();
         let oldest = self.chunks.values().next().map(|c| c.first_written);

@@ -158,6 +158,20 @@ pub fn build_processors(
     Ok(processors)
 }
 
+/// Aborts the sink tasks of a pipeline that failed to start and waits
+/// until they are gone, so that what they hold (a disk buffer's reader
+/// lock) is free for whatever starts next.
+fn abort_and_wait(rt: &tokio::runtime::Runtime, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in &tasks {
+        t.abort();
+    }
+    rt.block_on(async {
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    });
+}
+
 /// A pipeline's components, built but not started: building can fail
 /// (a bad broker list, an unwritable path), starting cannot leave a
 /// half-replaced configuration behind.
@@ -476,9 +490,7 @@ impl Topology {
                             d.tx
                         }
                         Err(e) => {
-                            for t in sink_tasks {
-                                t.abort();
-                            }
+                            abort_and_wait(rt, sink_tasks);
                             anyhow::bail!("pipeline {} sink {}: {e}", p.name, s.id);
                         }
                     }
@@ -533,9 +545,10 @@ impl Topology {
                         s.begin_stop(deadline);
                         let _ = s.wait_stopped(deadline);
                     }
-                    for t in sink_tasks {
-                        t.abort();
-                    }
+                    // The buffers' tasks must be gone (their spool locks
+                    // with them) before the previous version can start.
+                    drop(emitter);
+                    abort_and_wait(rt, sink_tasks);
                     anyhow::bail!("pipeline {} source {id}: {e}", p.name);
                 }
             }

@@ -734,6 +734,31 @@ pub fn fill_disk(dir: &Path) -> PathBuf {
     filler
 }
 
+/// Keeps the file system of `dir` full but for 512 KiB freed every 3 s
+/// (a filler file cut by 512 KiB, then grown until the disk is full
+/// again) until `stop`; returns how many times it freed room.
+pub fn flap_disk(dir: &Path, stop: &std::sync::atomic::AtomicBool) -> usize {
+    use std::io::Write;
+    let filler = fill_disk(dir);
+    let mut rounds = 0;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let len = std::fs::metadata(&filler).map_or(0, |m| m.len());
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&filler)
+            .and_then(|f| f.set_len(len.saturating_sub(512 << 10)));
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(1500));
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&filler) {
+            let block = vec![b'x'; 4096];
+            while f.write_all(&block).is_ok() {}
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let _ = std::fs::remove_file(&filler);
+    rounds
+}
+
 /// An HTTP server (`POST /ingest`) that holds every request unanswered
 /// until `released`, then answers 200: a stalled downstream for a sink.
 #[derive(Default)]

@@ -66,26 +66,8 @@ pub const PLAIN_USER: (&str, &str) = ("petrel", "plain-secret");
 /// The OIDC client and its secret.
 pub const OIDC_CLIENT: (&str, &str) = ("petrel-client", "oidc-secret");
 
-fn lib_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/kafka/lib")
-}
-
 fn java_cp() -> String {
-    let lib = lib_dir();
-    // A complete test cache entry carries its `.recipe-<hash>` stamp
-    // (scripts/lib/cache.sh); a fetch that was cut short has none.
-    let complete = lib
-        .parent()
-        .and_then(|e| std::fs::read_dir(e).ok())
-        .is_some_and(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with(".recipe-"))
-        });
-    assert!(
-        complete,
-        "Kafka jars missing in {}: run scripts/fetch-kafka.sh (scripts/test.sh does)",
-        lib.display()
-    );
+    let lib = super::server::cached_entry("kafka", "scripts/fetch-kafka.sh").join("lib");
     format!("{}/*", lib.display())
 }
 

@@ -652,6 +652,14 @@ mod tests {
     }
 
     #[test]
+    fn json_nested_deeper_than_the_parser_goes_is_an_invalid_frame() {
+        let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(frame(&j(1, &deep), 1 << 20), Err(Bad::Invalid(_))));
+        let ok = format!(r#"{{"a":{}1{}}}"#, "[".repeat(60), "]".repeat(60));
+        assert!(matches!(frame(&j(1, &ok), 1 << 20), Ok(Some(_))));
+    }
+
+    #[test]
     fn v1_pairs_become_a_json_object() {
         let mut f = vec![b'1', b'D', 0, 0, 0, 1, 0, 0, 0, 2];
         for s in ["line", "hello \"x\"", "file", "/var/log/a"] {

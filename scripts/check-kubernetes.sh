@@ -32,6 +32,8 @@
 #     with a token on /metrics (scripts/check-kubernetes/helm/values-api-tls.yaml):
 #     Secret mounts without subPath (rotation), HTTPS probes, a
 #     ServiceMonitor scraping over HTTPS with the token;
+#   - deploy/kubernetes-overlays/api-tls: the same for the DaemonSet of
+#     deploy/kubernetes (kustomize build, kubeconform, args accepted);
 #   - the chart's mode aggregator: `helm lint --strict` and `helm template`
 #     with --set mode=aggregator (a StatefulSet) and with
 #     scripts/check-kubernetes/helm/values-aggregator.yaml (a Deployment,
@@ -336,6 +338,28 @@ open(sys.argv[3], "w").write("\n".join(args) + "\n")
 print("api.tls, api.auth metrics, serviceMonitor: Secret mounts, args, HTTPS probes and the ServiceMonitor as expected")
 PYEOF
 
+step "overlay deploy/kubernetes-overlays/api-tls: kustomize build, kubeconform -strict, what it changes"
+toverlay=$root/deploy/kubernetes-overlays/api-tls
+"$kustomize" build "$toverlay" >"$work/overlay-api-tls.yaml" || fail "kustomize build ${toverlay#"$root"/}"
+validate "$work/overlay-api-tls.yaml" || fail "kubeconform rejected what ${toverlay#"$root"/} builds (above)"
+"$PY" - "$work/built.yaml" "$work/overlay-api-tls.yaml" "$work/overlay-api-tls-args" <<'PYEOF' || fail "${toverlay#"$root"/} (above)"
+import sys, yaml
+def ds(p):
+    (d,) = [d for d in yaml.safe_load_all(open(p)) if d and d["kind"] == "DaemonSet"]
+    return d
+base, over = ds(sys.argv[1]), ds(sys.argv[2])
+c = over["spec"]["template"]["spec"]["containers"][0]
+added = c["args"][len(base["spec"]["template"]["spec"]["containers"][0]["args"]):]
+assert added == ["--api-tls-cert=/etc/petrel/api-tls/tls.crt", "--api-tls-key=/etc/petrel/api-tls/tls.key",
+                 "--api-auth=metrics", "--api-token-file=/etc/petrel/api-token/token"], added
+for probe in ("readinessProbe", "livenessProbe"):
+    assert c[probe]["httpGet"]["scheme"] == "HTTPS", probe
+mounts = {m["name"]: m for m in c["volumeMounts"]}
+assert all(n in mounts and "subPath" not in mounts[n] for n in ("api-tls", "api-token")), mounts
+open(sys.argv[3], "w").write("\n".join(c["args"]) + "\n")
+print("overlay api-tls: TLS and token args appended, HTTPS probes, the Secrets mounted as directories")
+PYEOF
+
 step "the chart's defaults render deploy/kubernetes; container_files adds hostPID and SYS_PTRACE only"
 "$PY" "$here/helm-same.py" "$work/built.yaml" "$work/helm-default.yaml" ||
     fail "the chart's default values do not render deploy/kubernetes (above)"
@@ -423,6 +447,9 @@ echo "args accepted: ${args[*]}"
 mapfile -t args <"$work/api-tls-args"
 "$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the api-tls render's args: ${args[*]}"
 echo "args accepted (api-tls render): ${args[*]}"
+mapfile -t args <"$work/overlay-api-tls-args"
+"$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the api-tls overlay's args: ${args[*]}"
+echo "args accepted (api-tls overlay): ${args[*]}"
 
 step "the DaemonSet's securityContext, emulated: uid 0, no capability, read-only root"
 # As the container runs (consistency.py checked the manifest says so):

@@ -48,6 +48,7 @@ pub const KEYS: &[&str] = &[
     "timeout_ms",
     "max_in_flight_requests",
     "dead_letter",
+    "tls",
 ];
 
 /// What this plugin does, for the component reference.
@@ -61,8 +62,9 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "url",
         kind: petrel_core::plugin::KeyKind::String,
         default: None,
-        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots)."#,
+        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots and `tls`)."#,
     },
+    crate::sinks::tls::TLS_DOC,
     petrel_core::plugin::KeyDoc {
         name: "encoding",
         kind: petrel_core::plugin::KeyKind::OneOf(&["ndjson", "json_array"]),
@@ -162,6 +164,8 @@ pub struct HttpSinkConfig {
     pub max_in_flight: usize,
     /// Where records the endpoint refuses (400, 413, 422, ...) are written.
     pub dead_letter: Option<std::path::PathBuf>,
+    /// TLS of an `https://` endpoint.
+    pub tls: super::tls::Tls,
 }
 
 impl HttpSinkConfig {
@@ -201,7 +205,15 @@ impl HttpSinkConfig {
             super::http::parse_batch(&map, (1 << 20, 10_000, 1000));
         let dead_letter =
             super::http::parse_dead_letter(&map, "/var/lib/petrel/dead-letter.ndjson")?;
+        let tls = match map.get("tls") {
+            Some(n) => super::tls::parse_tls(n)?,
+            None => super::tls::Tls {
+                verify: true,
+                ..Default::default()
+            },
+        };
         Some(Self {
+            tls,
             url,
             encoding,
             compression,
@@ -314,9 +326,14 @@ impl HttpSink {
                 HeaderValue::from_str(v)?,
             );
         }
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(c.timeout)
+        let client = c
+            .tls
+            .apply(
+                reqwest::Client::builder()
+                    .default_headers(headers)
+                    .timeout(c.timeout),
+                &crate::tls::Owner::of(&metrics),
+            )?
             .build()?;
         Ok(Self {
             config: c.clone(),

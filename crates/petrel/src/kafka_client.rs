@@ -603,7 +603,7 @@ impl<'a> SettingsBuilder<'a> {
             .map(|e| e.value.to_ascii_lowercase())
             .unwrap_or_default();
         let mech_entry = self.last("sasl.mechanism").or(self.last("sasl.mechanisms"));
-        let gssapi = mech_entry.map_or(true, |e| e.value.eq_ignore_ascii_case("GSSAPI"));
+        let gssapi = mech_entry.is_none_or(|e| e.value.eq_ignore_ascii_case("GSSAPI"));
         if !protocol.starts_with("sasl") || !gssapi {
             return true;
         }

@@ -524,10 +524,12 @@ fn the_api_serves_a_swapped_certificate_even_to_a_client_that_resumes_its_sessio
     mount.publish(&b);
     // Before the sessions were forgotten at a reload, the client resumed
     // its old session for ever and never saw the new certificate.
-    wait_for(MEDIUM, "the new certificate for a resuming client", || {
-        match api_get(agent.port, &client) {
+    wait_for(
+        MEDIUM,
+        "the new certificate for a resuming client",
+        || match api_get(agent.port, &client) {
             (s, false) if s == b.serial => Ok(()),
             other => Err(format!("{other:?}; agent log:\n{}", agent.stderr())),
-        }
-    });
+        },
+    );
 }

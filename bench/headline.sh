@@ -341,7 +341,7 @@ if has_row sinks; then
         BENCH_JSONL="$WORK/sinks.jsonl" run_child "$ROOT/bench/sinks.sh" > "$WORK/sinks.out" 2>&1 \
         || note "bench/sinks.sh failed: $(tail -3 "$WORK/sinks.out")"
     # go install leaves its -version empty: the version scripts/victorialogs.sh builds.
-    printf 'VictoriaLogs\t%s\n' "$(sed -n 's/^version=//p' "$ROOT/scripts/victorialogs.sh")" >> "$WORK/versions-extra.tsv"
+    printf 'VictoriaLogs\t%s\n' "$(sed -n 's/^cache_go_install "$root" victorialogs \([^ ]*\) .*/\1/p' "$ROOT/scripts/victorialogs.sh")" >> "$WORK/versions-extra.tsv"
 fi
 
 # --- the report ----------------------------------------------------------------------

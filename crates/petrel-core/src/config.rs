@@ -102,6 +102,12 @@ impl ConfigErrors {
         v
     }
 
+    /// How many problems were recorded so far (a reader that reports
+    /// several problems compares it before and after).
+    pub fn len(&self) -> usize {
+        self.list.borrow().len()
+    }
+
     /// The recorded problems, in order of position.
     pub fn into_vec(self) -> Vec<ConfigError> {
         let mut v = self.list.into_inner();

@@ -211,7 +211,7 @@ pub fn write_event_json(
             write_json_value(batch, v, out, stats);
             sep = b',';
         }
-        None if !file.is_empty() && !(hidden && ev.hidden.contains(0)) => {
+        None if !(file.is_empty() || hidden && ev.hidden.contains(0)) => {
             // Already text: escaped without a UTF-8 check per event.
             out.push(sep);
             out.extend_from_slice(b"\"file\":");
@@ -221,9 +221,9 @@ pub fn write_event_json(
         None => {}
     }
     for (j, (k, v)) in batch.source.meta.iter().enumerate() {
-        if !ev.fields.iter().any(|(f, _)| f == k)
-            && !shape.skip.iter().any(|s| s == k)
-            && !(hidden && ev.hidden.contains(j + 1))
+        if !(ev.fields.iter().any(|(f, _)| f == k)
+            || shape.skip.iter().any(|s| s == k)
+            || hidden && ev.hidden.contains(j + 1))
         {
             out.push(sep);
             write_json_key(k, out);

@@ -109,6 +109,9 @@ fn lookup_path<'a>(entries: &'a [(Key, Value)], path: &str) -> Option<&'a Value>
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Hidden {
     low: u64,
+    // Boxed so that an event pays one word for the rare spill, not the
+    // three of a `Vec`.
+    #[allow(clippy::box_collection)]
     high: Option<Box<Vec<u64>>>,
 }
 

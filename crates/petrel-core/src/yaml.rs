@@ -29,6 +29,9 @@ use crate::config::{expand_env, ConfigError};
 const MAX_NODES: usize = 1_000_000;
 
 /// Where the tree being built stands.
+// One frame per open collection of a config file, so the size of the
+// larger variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Frame {
     /// Inside a mapping: its start, entries so far, the key waiting for its
     /// value (with whether it is a plain `<<`), the mappings merged in by

@@ -669,7 +669,8 @@ fn headers_from_fields() {
         Duration::from_secs(60),
     );
     msgs.sort_by(|a, b| a.key.cmp(&b.key));
-    let got: Vec<(Option<Vec<u8>>, Vec<(String, Vec<u8>)>)> =
+    type Headers = Vec<(String, Vec<u8>)>;
+    let got: Vec<(Option<Vec<u8>>, Headers)> =
         msgs.into_iter().map(|m| (m.key, m.headers)).collect();
     let h = |k: &str, v: &str| (k.to_string(), v.as_bytes().to_vec());
     assert_eq!(

@@ -77,10 +77,15 @@ pub fn parse_auth(n: Node<'_>) -> Option<Auth> {
     })
 }
 
-/// An HTTP client with the TLS settings `tls` and the request timeout.
-pub fn build_client(tls: &Tls, timeout: Duration) -> anyhow::Result<reqwest::Client> {
+/// An HTTP client with the TLS settings `tls` and the request timeout;
+/// `owner` names its certificate in the logs and the expiry gauge.
+pub fn build_client(
+    tls: &Tls,
+    timeout: Duration,
+    owner: &crate::tls::Owner,
+) -> anyhow::Result<reqwest::Client> {
     Ok(tls
-        .apply(reqwest::Client::builder().timeout(timeout))?
+        .apply(reqwest::Client::builder().timeout(timeout), owner)?
         .build()?)
 }
 

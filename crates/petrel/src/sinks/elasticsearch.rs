@@ -374,7 +374,8 @@ fn bulk_url(base: &reqwest::Url, pipeline: Option<&str>) -> reqwest::Url {
 impl ElasticsearchSink {
     /// Builds the HTTP client (TLS settings, timeouts).
     pub fn new(c: &ElasticsearchConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
-        let client = super::client::build_client(&c.tls, c.timeout)?;
+        let client =
+            super::client::build_client(&c.tls, c.timeout, &crate::tls::Owner::of(&metrics))?;
         let endpoints = c
             .endpoints
             .iter()

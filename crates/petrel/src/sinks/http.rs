@@ -54,6 +54,7 @@ pub const KEYS: &[&str] = &[
     "except_fields",
     "timestamp_format",
     "timestamp_key",
+    "tls",
 ];
 
 /// What this plugin does, for the component reference.
@@ -67,8 +68,9 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "url",
         kind: petrel_core::plugin::KeyKind::String,
         default: None,
-        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots)."#,
+        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots and `tls`)."#,
     },
+    crate::sinks::tls::TLS_DOC,
     petrel_core::plugin::KeyDoc {
         name: "encoding",
         kind: petrel_core::plugin::KeyKind::OneOf(&["ndjson", "json_array"]),
@@ -178,6 +180,8 @@ pub struct HttpSinkConfig {
     pub dead_letter: Option<std::path::PathBuf>,
     /// When transient failures are given up (into `dead_letter`).
     pub retry: super::driver::RetryLimit,
+    /// TLS of an `https://` endpoint.
+    pub tls: super::tls::Tls,
 }
 
 impl HttpSinkConfig {
@@ -219,7 +223,15 @@ impl HttpSinkConfig {
         let dead_letter =
             super::http::parse_dead_letter(&map, "/var/lib/petrel/dead-letter.ndjson")?;
         let retry = super::http::parse_retry(&map, &dead_letter)?;
+        let tls = match map.get("tls") {
+            Some(n) => super::tls::parse_tls(n)?,
+            None => super::tls::Tls {
+                verify: true,
+                ..Default::default()
+            },
+        };
         Some(Self {
+            tls,
             url,
             encoding,
             output,
@@ -378,9 +390,14 @@ impl HttpSink {
                 HeaderValue::from_str(v)?,
             );
         }
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(c.timeout)
+        let client = c
+            .tls
+            .apply(
+                reqwest::Client::builder()
+                    .default_headers(headers)
+                    .timeout(c.timeout),
+                &crate::tls::Owner::of(&metrics),
+            )?
             .build()?;
         Ok(Self {
             config: c.clone(),

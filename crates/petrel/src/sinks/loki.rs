@@ -503,7 +503,11 @@ impl LokiSink {
         };
         Ok(Self {
             config: c.clone(),
-            client: super::client::build_client(&c.tls, c.timeout)?,
+            client: super::client::build_client(
+                &c.tls,
+                c.timeout,
+                &crate::tls::Owner::of(&metrics),
+            )?,
             streams: parking_lot::Mutex::new(Streams {
                 map: HashMap::new(),
                 last_sweep: Instant::now(),

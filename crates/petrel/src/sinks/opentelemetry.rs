@@ -1358,7 +1358,7 @@ impl OtlpSink {
                 let b = reqwest::Client::builder()
                     .default_headers(headers)
                     .timeout(c.timeout);
-                http = Some(c.tls.apply(b)?.build()?);
+                http = Some(c.tls.apply(b, &crate::tls::Owner::of(&metrics))?.build()?);
             }
             Protocol::Grpc => {
                 let mut ep = tonic::transport::Endpoint::from_shared(c.endpoint.to_string())?

@@ -306,7 +306,7 @@ impl petrel_core::plugin::SinkConfig for SyslogSinkConfig {
 
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
         Ok(Arc::new(SyslogSink {
-            transport: self.transport.prepare()?,
+            transport: self.transport.prepare(&crate::tls::Owner::of(&metrics))?,
             time3164: Rfc3164Time::new(self.timezone.clone()),
             field_missing: metrics.error_counter("field_missing"),
             field_invalid: metrics.error_counter("field_invalid"),
@@ -584,7 +584,10 @@ mod tests {
             })?;
         let m = petrel_core::Metrics::new().component("p", "sink", "s", "syslog");
         Ok(SyslogSink {
-            transport: c.transport.prepare().unwrap(),
+            transport: c
+                .transport
+                .prepare(&crate::tls::Owner::named("test"))
+                .unwrap(),
             time3164: Rfc3164Time::new(c.timezone.clone()),
             field_missing: LazyCounter::default(),
             field_invalid: LazyCounter::default(),

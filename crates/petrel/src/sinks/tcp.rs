@@ -85,7 +85,7 @@ impl petrel_core::plugin::SinkConfig for TcpSinkConfig {
 
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
         Ok(Arc::new(TcpSink {
-            transport: self.transport.prepare()?,
+            transport: self.transport.prepare(&crate::tls::Owner::of(&metrics))?,
             config: self.clone(),
             metrics,
         }))

@@ -211,7 +211,11 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
         });
         let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "http")?;
         let started = (|| -> anyhow::Result<server::ServerHandle> {
-            let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
+            let tls = self
+                .tls
+                .as_ref()
+                .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                .transpose()?;
             let m = &ctx.metrics;
             let shared = Arc::new(Shared {
                 path: self.path.clone(),

@@ -721,7 +721,11 @@ impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
                     auth: auth.clone(),
                     unauthorized: unauthorized.clone(),
                 });
-                let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
+                let tls = self
+                    .tls
+                    .as_ref()
+                    .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                    .transpose()?;
                 let handler: server::Handler = Arc::new(move |req, peer| {
                     let shared = shared.clone();
                     Box::pin(async move { handle(req, &shared, peer).await })

@@ -321,7 +321,11 @@ impl petrel_core::plugin::SourceConfig for HecConfig {
         });
         let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "splunk_hec")?;
         let started = (|| -> anyhow::Result<_> {
-            let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
+            let tls = self
+                .tls
+                .as_ref()
+                .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                .transpose()?;
             let m = &ctx.metrics;
             let shared = Arc::new(Shared {
                 tokens: self.tokens.clone(),

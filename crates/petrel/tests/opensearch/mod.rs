@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 

@@ -24,8 +24,8 @@ use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use self::producer::{Routes, SharedProducer};
 use super::congestion::{Backoff, Window};
 use super::template::Template;
-use crate::kafka_client::librdkafka_settings;
 pub use crate::kafka_client::valid_topic;
+use crate::kafka_client::{Settings, SettingsBuilder};
 
 /// Keys accepted by the Kafka sink.
 pub const KEYS: &[&str] = &[
@@ -40,6 +40,8 @@ pub const KEYS: &[&str] = &[
     "compression",
     "acks",
     "batch",
+    "tls",
+    "sasl",
     "librdkafka",
     "max_in_flight_batches",
     "max_buffered_bytes",
@@ -113,11 +115,13 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"{linger_ms: 50}"#),
         doc: r#"`{max_bytes, linger_ms}`: librdkafka `batch.size` (by default a quarter of `max_buffered_bytes`, 64 KiB to 1 MB) and `linger.ms`; a 50 ms linger keeps the idempotent producer from busy-polling."#,
     },
+    crate::kafka_client::TLS_DOC,
+    crate::kafka_client::SASL_DOC,
     petrel_core::plugin::KeyDoc {
         name: "librdkafka",
         kind: petrel_core::plugin::KeyKind::Map,
         default: Some(r#"{}"#),
-        doc: r#"Any librdkafka setting, applied last (`security.protocol`, ...); checked when the configuration is loaded. Settings given here win over those the sink sizes from `--memory-limit` (`batch.size`, `queue.buffering.max.kbytes`: twice `max_buffered_bytes`), which bound librdkafka's buffers, outside the memory limit."#,
+        doc: r#"Any librdkafka producer setting. Applied last: they win over `tls`, `sasl` and the settings the sink sizes from `--memory-limit` (`batch.size`, `queue.buffering.max.kbytes`: twice `max_buffered_bytes`), which bound librdkafka's buffers, outside the memory limit. Checked when the configuration is loaded, in the order written, every refusal reported at its key. `sasl.oauthbearer.method: oidc` and its `sasl.oauthbearer.token.endpoint.url`, `client.id`, `client.secret`, `scope` are served by Petrel (librdkafka's own OIDC needs libcurl, not in the build)."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "max_in_flight_batches",
@@ -213,7 +217,7 @@ pub struct KafkaSinkConfig {
     /// `text` or `ndjson`.
     pub encoding: Encoding,
     /// librdkafka settings, the pass-through ones last.
-    pub client: Vec<(String, String)>,
+    pub client: Settings,
     /// Upper bound of the congestion window, in batches.
     pub max_in_flight: usize,
     /// Bytes handed to librdkafka before their delivery reports, at most,
@@ -260,7 +264,7 @@ impl KafkaSinkConfig {
         }
         let compression = map.choice("compression", COMPRESSIONS).unwrap_or("none");
         let acks = map.choice("acks", ACKS).unwrap_or("all");
-        let mut client: Vec<(String, String)> = vec![
+        let mut client = SettingsBuilder::new(vec![
             ("bootstrap.servers".into(), brokers.join(",")),
             ("compression.type".into(), compression.into()),
             ("acks".into(), acks.into()),
@@ -273,7 +277,7 @@ impl KafkaSinkConfig {
             // congestion window; a short timeout makes an outage visible
             // to that loop soon.
             ("message.timeout.ms".into(), "10000".into()),
-        ];
+        ]);
         // Longer than a produce round trip under load, so that librdkafka's
         // idempotent producer does not busy-poll (see
         // `SharedProducer::get`); a full batch (`batch.size`) is sent at
@@ -282,15 +286,15 @@ impl KafkaSinkConfig {
         if let Some(b) = map.get("batch") {
             if let Some(bm) = b.as_map(&["max_bytes", "linger_ms"]) {
                 if let Some(v) = bm.u64("max_bytes", true) {
-                    client.push(("batch.size".into(), v.to_string()));
+                    client.push("batch.size", v.to_string());
                 }
                 if let Some(v) = bm.u64("linger_ms", false) {
                     linger = v;
                 }
             }
         }
-        client.push(("linger.ms".into(), linger.to_string()));
-        librdkafka_settings(&map, &mut client, &[])?;
+        client.push("linger.ms", linger.to_string());
+        let client = client.finish(&map, &[])?;
         let mut headers = Vec::new();
         if let Some(n) = map.get("headers") {
             match n.as_map_quiet() {
@@ -359,6 +363,8 @@ pub struct KafkaSink {
     invalid_topic: LazyCounter,
     /// Set with `exactly_once: true`.
     transactional: Option<Arc<transactional::Transactional>>,
+    /// The client certificate's expiry, reported while the sink runs.
+    _certificate: Option<crate::tls::ExpiryGauge>,
 }
 
 impl KafkaSink {
@@ -396,7 +402,14 @@ impl KafkaSink {
                 metrics.clone(),
             ))
         });
+        let certificate = c.client.get("ssl.certificate.location").and_then(|f| {
+            crate::tls::report_certificate_file(
+                &crate::tls::Owner::of(&metrics),
+                std::path::Path::new(f),
+            )
+        });
         Ok(Self {
+            _certificate: certificate,
             transactional,
             encoding: c.encoding.clone(),
             topic: c.topic.clone(),
@@ -406,7 +419,11 @@ impl KafkaSink {
             // The transactional side has a producer of its own.
             producer: match c.exactly_once {
                 true => None,
-                false => Some(SharedProducer::get(&client, buffered)?),
+                false => Some(SharedProducer::get(
+                    &client,
+                    buffered,
+                    metrics.health_key(),
+                )?),
             },
             max_in_flight: c.max_in_flight,
             fallback: metrics.error_counter("topic_field_missing"),

@@ -331,37 +331,98 @@ impl IntoOpaque for SlotRef {
     }
 }
 
-/// Client context: counts delivery reports down, and keeps librdkafka's
-/// stream of connection errors during an outage to one line per kind every
-/// 30 s (the sink's own retry warnings already say what matters).
-#[derive(Default)]
+/// Client context: counts delivery reports down, fetches OAUTHBEARER
+/// tokens (OIDC), and keeps librdkafka's stream of connection errors
+/// during an outage to one line per kind every 30 s, naming the sinks that
+/// use the producer and, for a refusal (credentials, certificates), the
+/// cause in words (the sink's own retry warnings say what is held).
 pub struct Context {
     last: Mutex<HashMap<String, Instant>>,
+    /// The sinks sharing this producer (`pipeline/sink id`), for the logs.
+    owners: Mutex<Vec<String>>,
+    oidc: Option<crate::kafka_client::Oidc>,
+}
+
+impl Context {
+    /// The context of a producer for `pairs`, used first by `owner`.
+    pub fn new(pairs: &[(String, String)], owner: &str) -> Context {
+        Context {
+            last: Mutex::default(),
+            owners: Mutex::new(vec![owner.to_string()]),
+            oidc: crate::kafka_client::Oidc::from_settings(pairs),
+        }
+    }
+
+    fn owners(&self) -> String {
+        self.owners.lock().join(", ")
+    }
+
+    /// Whether a message of `kind` is logged now: not when one was in the
+    /// last 30 s (an outage repeats the same error many times a second).
+    fn first_in_30s(&self, kind: &str) -> bool {
+        let mut last = self.last.lock();
+        let now = Instant::now();
+        if last
+            .get(kind)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
+        {
+            return false;
+        }
+        last.insert(kind.to_string(), now);
+        true
+    }
 }
 
 impl ClientContext for Context {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         use RDKafkaLogLevel as L;
+        if let Some(cause) = crate::kafka_client::explain_log(fac, log_message) {
+            if self.first_in_30s(cause) {
+                tracing::error!(sink = %self.owners(), fac,
+                    "kafka sink {}: {cause}: {log_message} (repeats are logged every 30 s)", self.owners());
+            }
+            return;
+        }
         // Connection failures also arrive through `error`, rate limited
         // there; librdkafka's own log is for debugging.
         match level {
-            L::Emerg | L::Alert | L::Critical => tracing::error!(fac, "librdkafka: {log_message}"),
-            _ => tracing::debug!(fac, "librdkafka: {log_message}"),
+            L::Emerg | L::Alert | L::Critical => {
+                tracing::error!(sink = %self.owners(), fac, "librdkafka: {log_message}")
+            }
+            _ => tracing::debug!(sink = %self.owners(), fac, "librdkafka: {log_message}"),
         }
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        let kind = format!("{:?}", error.rdkafka_error_code());
-        let mut last = self.last.lock();
-        let now = Instant::now();
-        if last
-            .get(&kind)
-            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
-        {
+        let cause = crate::kafka_client::explain(&error, reason);
+        let kind = match cause {
+            Some(c) => c.to_string(),
+            None => format!("{:?}", error.rdkafka_error_code()),
+        };
+        if !self.first_in_30s(&kind) {
             return;
         }
-        last.insert(kind, now);
-        tracing::warn!(error = %error, reason, "kafka client error (repeats are logged every 30 s)");
+        match cause {
+            Some(cause) => tracing::error!(sink = %self.owners(), error = %error, reason,
+                "kafka sink {}: cannot connect: {cause}; nothing is acknowledged until it can (repeats are logged every 30 s)", self.owners()),
+            None => tracing::warn!(sink = %self.owners(), error = %error, reason,
+                "kafka client error (repeats are logged every 30 s)"),
+        }
+    }
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        let Some(oidc) = &self.oidc else {
+            return Err("no OAUTHBEARER token source (sasl.oauthbearer.method: oidc)".into());
+        };
+        oidc.token().map_err(|e| {
+            tracing::error!(sink = %self.owners(), "kafka sink {}: cannot get an OAUTHBEARER token: {e}", self.owners());
+            e.into()
+        })
     }
 }
 
@@ -486,6 +547,7 @@ impl SharedProducer {
     pub fn get(
         pairs: &[(String, String)],
         buffered_bytes: usize,
+        owner: &str,
     ) -> anyhow::Result<Arc<SharedProducer>> {
         static PRODUCERS: OnceLock<Mutex<HashMap<String, Arc<SharedProducer>>>> = OnceLock::new();
         let mut sorted = pairs.to_vec();
@@ -498,9 +560,10 @@ impl SharedProducer {
             + &format!("\nbuffered={buffered_bytes}");
         let mut map = PRODUCERS.get_or_init(Default::default).lock();
         if let Some(p) = map.get(&key) {
+            p.inner.context().owners.lock().push(owner.to_string());
             return Ok(p.clone());
         }
-        let p = Self::private(pairs, buffered_bytes)?;
+        let p = Self::private(pairs, buffered_bytes, owner)?;
         map.insert(key, p.clone());
         Ok(p)
     }
@@ -511,9 +574,10 @@ impl SharedProducer {
     pub fn private(
         pairs: &[(String, String)],
         buffered_bytes: usize,
+        owner: &str,
     ) -> anyhow::Result<Arc<SharedProducer>> {
         let inner: ThreadedProducer<Context> =
-            client_config(pairs).create_with_context(Context::default())?;
+            client_config(pairs).create_with_context(Context::new(pairs, owner))?;
         let budget_bytes = buffered_bytes.clamp(1 << 16, u32::MAX as usize);
         Ok(Arc::new(SharedProducer {
             budget: Arc::new(Semaphore::new(budget_bytes)),

@@ -489,7 +489,7 @@ impl S3Sink {
             c.region.clone(),
         )
         .map_err(|e| anyhow::anyhow!("bucket {} at {}: {e}", c.bucket, c.endpoint))?;
-        let client = build_client(&c.tls, c.timeout)?;
+        let client = build_client(&c.tls, c.timeout, &crate::tls::Owner::of(&metrics))?;
         let store = store::Store::new(
             bucket,
             client,

@@ -175,6 +175,9 @@ impl Layout {
     pub fn time_key(self) -> &'static str {
         match self {
             Layout::Ecs => "@timestamp",
+            // The key Fluent Bit's `cri` and `docker` parsers keep the
+            // time under (`Time_Keep`): what its users' mappings have.
+            Layout::FluentBit => "time",
             _ => "timestamp",
         }
     }
@@ -1034,7 +1037,11 @@ impl Output {
     fn force_plan(&self, source: &SourceInfo) -> Vec<PlannedEntry> {
         let forced = Output {
             // Any difference from the default makes `plan` resolve names.
-            time_key: Some(self.time_key.clone().unwrap_or_else(|| "timestamp".into())),
+            time_key: Some(
+                self.time_key
+                    .clone()
+                    .unwrap_or_else(|| self.layout.time_key().into()),
+            ),
             ..self.clone()
         };
         forced.plan(source).entries.unwrap_or_default()
@@ -1237,7 +1244,7 @@ pub fn reference_table() -> String {
     row(
         &mut s,
         "timestamp",
-        ["@timestamp", "timestamp", "timestamp", "timestamp"],
+        ["@timestamp", "timestamp", "time", "timestamp"],
         "the event time (`timestamp_key` and the sink may rename it)",
     );
     row(

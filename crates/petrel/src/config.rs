@@ -333,9 +333,9 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
     let env_errors = petrel_core::yaml::expand_env_tree(&shown, &text, &mut raw, &|name| {
         std::env::var(name).ok()
     });
-    if !env_errors.is_empty() {
-        return Err(env_errors);
-    }
+    // An unset variable does not stop the reading: every other problem of
+    // the file is reported in the same run. What a plugin says about a
+    // value left unexpanded is dropped below (the variable is the cause).
     let errs = ConfigErrors::new();
     // Relative paths inside the file resolve against its directory, which
     // must therefore be absolute.
@@ -449,8 +449,14 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
             w.file = shown.clone();
             w
         }));
-    let list: Vec<ConfigError> = errs
+    let mut list: Vec<ConfigError> = errs
         .into_vec()
+        .into_iter()
+        .filter(|e| !env_errors.iter().any(|v| v.line == e.line))
+        .collect();
+    list.extend(env_errors);
+    list.sort_by_key(|e| (e.line, e.col));
+    let list: Vec<ConfigError> = list
         .into_iter()
         .map(|mut e| {
             e.file = shown.clone();

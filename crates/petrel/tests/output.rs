@@ -144,7 +144,7 @@ fn each_layout_names_and_shapes_the_metadata() {
             "stream": "stdout",
             "kubernetes": {"namespace_name": "shop", "pod_name": "web-1", "pod_id": UID,
                            "container_name": "app", "restart_count": "0"},
-            "timestamp": T,
+            "time": T,
         }),
         json!({
             "message": "hello",

@@ -125,7 +125,7 @@ pub const METADATA_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDo
     name: "metadata",
     kind: petrel_core::plugin::KeyKind::Map,
     default: Some(r#"{layout: flat}"#),
-    doc: r#"How the metadata of the sources (`file`, `host`, `k8s.*`, `container.*`, ...) is named and shaped: `layout:` `flat` (Petrel's dotted names, `"k8s.pod_name"`), `nested` (the same as objects), `ecs` (Filebeat's: `log.file.path`, `kubernetes.pod.name`, `@timestamp`), `otel` (semantic conventions: `k8s.pod.name`; the opentelemetry sink puts them into the resource), `fluent-bit` (the `kubernetes` object of Fluent Bit's filter, the line as `log`) or `vector` (`kubernetes_logs`' names, with `source_type`); `dedot: true` replaces the dots in label and annotation keys with `_` (default on for `ecs`). Every name in every layout: [layouts](layouts.md)."#,
+    doc: r#"How the metadata of the sources (`file`, `host`, `k8s.*`, `container.*`, ...) is named and shaped: `layout:` `flat` (Petrel's dotted names, `"k8s.pod_name"`), `nested` (the same as objects), `ecs` (Filebeat's: `log.file.path`, `kubernetes.pod.name`, `@timestamp`), `otel` (semantic conventions: `k8s.pod.name`; the opentelemetry sink puts them into the resource), `fluent-bit` (the `kubernetes` object of Fluent Bit's filter, the line as `log`, the time as `time`) or `vector` (`kubernetes_logs`' names, with `source_type`); `dedot: true` replaces the dots in label and annotation keys with `_` (default on for `ecs`). Every name in every layout: [layouts](layouts.md)."#,
 };
 
 /// The `only_fields` key, documented once for every sink that reads it.

@@ -20,6 +20,7 @@
 //! one event. The default output (`flat`, nothing selected, RFC 3339 times)
 //! takes the writer of [`crate::encode::write_event_json`], unchanged.
 
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -730,6 +731,22 @@ impl Output {
         !matches!(self.selected(&[&segments(name)[..]]), Selection::No)
     }
 
+    /// [`Output::selected`] of own field `name`, without splitting the
+    /// name when no `only_fields` and no `except_fields` path starts with
+    /// its first segment (the common case, per field and event).
+    fn own_selected_fast(&self, name: &str) -> Selection<'_> {
+        let head = name.split('.').next().unwrap_or(name);
+        if self.only.is_none()
+            && !self
+                .except
+                .iter()
+                .any(|p| p.0.first().is_some_and(|h| h == head))
+        {
+            return Selection::Whole;
+        }
+        self.selected(&[&segments(name)[..]])
+    }
+
     fn selected<S: AsRef<str>>(&self, paths: &[&[S]]) -> Selection<'_> {
         let mut except = Vec::new();
         for p in &self.except {
@@ -785,6 +802,13 @@ impl Output {
             let selected = !matches!(self.selected(&[&flat[..], &out_names[..]]), Selection::No);
             let record = self.layout == Layout::Otel
                 && NAMES.iter().any(|r| r.flat == name && r.otel_record);
+            // Layouts that do not nest write the dotted name as one key:
+            // joined here, once per batch, not per event.
+            let out = if out.len() > 1 && !self.layout.nests() {
+                vec![Cow::Owned(out.join("."))]
+            } else {
+                out
+            };
             entries.push(PlannedEntry {
                 index,
                 name: name.into(),
@@ -825,6 +849,30 @@ struct Filter<'a> {
 }
 
 /// One thing to write: its key path and where its value comes from.
+/// Where an item of [`Plan::write_json`] is written: one key, or the
+/// segments of a planned entry (borrowed, not copied per event).
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    One(&'p str),
+    Segs(&'p [Cow<'static, str>]),
+}
+
+impl<'p> Path<'p> {
+    fn len(&self) -> usize {
+        match self {
+            Path::One(_) => 1,
+            Path::Segs(s) => s.len(),
+        }
+    }
+
+    fn at(&self, i: usize) -> &'p str {
+        match self {
+            Path::One(k) => k,
+            Path::Segs(s) => &s[i],
+        }
+    }
+}
+
 enum Item<'e> {
     Message(&'e Value),
     Meta(&'e str),
@@ -857,9 +905,10 @@ impl Plan<'_> {
         let time_key = o.time_key(shape.sink_time_key());
         let message_key = layout.message_key();
         let skip = |name: &str| shape.skip.contains(&name);
-        let mut items: Vec<(Vec<Cow<'_, str>>, Item<'_>)> =
-            Vec::with_capacity(entries.len() + ev.fields.len() + 2);
-        let mut used = vec![false; ev.fields.len()];
+        // Per event: kept on the stack for the usual sizes (the allocator
+        // was a fifth of this function's time with heap vectors).
+        let mut items: SmallVec<[(Path<'_>, Item<'_>); 24]> = SmallVec::new();
+        let mut used: SmallVec<[bool; 24]> = smallvec::smallvec![false; ev.fields.len()];
         // An own field named like the message key, or like the time key
         // when there is a time, takes its place.
         let own_named = |k: &str| ev.fields.iter().any(|(f, _)| f == k);
@@ -869,7 +918,7 @@ impl Plan<'_> {
         {
             let sel = o.selected(&[&["message"][..], &[message_key][..]]);
             if !matches!(sel, Selection::No) {
-                items.push((vec![Cow::Borrowed(message_key)], Item::Message(&ev.message)));
+                items.push((Path::One(message_key), Item::Message(&ev.message)));
             }
         }
         for e in entries {
@@ -893,8 +942,7 @@ impl Plan<'_> {
                     },
                 }
             };
-            let path: Vec<Cow<'_, str>> = e.out.iter().map(|c| Cow::Borrowed(&**c)).collect();
-            items.push((path, value));
+            items.push((Path::Segs(&e.out), value));
         }
         let has_time = ev.time_ns.is_some() || shape.default_time.is_some();
         if has_time && !skip("timestamp") {
@@ -904,7 +952,7 @@ impl Plan<'_> {
                     Some(ns) => Item::Time(ns),
                     None => Item::DefaultTime,
                 };
-                items.push((vec![Cow::Borrowed(time_key)], item));
+                items.push((Path::One(time_key), item));
             }
         }
         for (j, (k, v)) in ev.fields.iter().enumerate() {
@@ -915,41 +963,26 @@ impl Plan<'_> {
             {
                 continue;
             }
-            let segs = segments(k);
-            let inside = match o.selected(&[&segs[..]]) {
+            let inside = match o.own_selected_fast(k) {
                 Selection::No => continue,
                 Selection::Whole => None,
                 Selection::Inside(filter) => Some(filter),
             };
-            items.push((vec![Cow::Borrowed(&**k)], Item::Own(v, inside)));
+            items.push((Path::One(k), Item::Own(v, inside)));
         }
         // Metadata whose object an own field of the same name replaces
-        // (an own `kubernetes` beside the layout's `kubernetes.*`): each
-        // key is written once, the event's own.
+        // (an own `kubernetes` beside the layout's `kubernetes.*`, an own
+        // `log` beside `ecs`' `log.file.path`): each key is written once,
+        // the event's own. (Only entries have paths of several segments;
+        // an own field that took an entry's place goes with it.)
         if layout.nests() {
-            let owns: Vec<&str> = items
+            let owns: SmallVec<[&str; 8]> = items
                 .iter()
                 .filter(|(p, it)| p.len() == 1 && matches!(it, Item::Own(..)))
-                .map(|(p, _)| &*p[0])
+                .map(|(p, _)| p.at(0))
                 .collect();
             if !owns.is_empty() {
-                let drop: Vec<bool> = items
-                    .iter()
-                    .map(|(p, it)| {
-                        p.len() > 1 && matches!(it, Item::Meta(_)) && owns.contains(&&*p[0])
-                    })
-                    .collect();
-                let mut i = 0;
-                items.retain(|_| {
-                    i += 1;
-                    !drop[i - 1]
-                });
-            }
-        } else {
-            for (p, _) in items.iter_mut() {
-                if p.len() > 1 {
-                    *p = vec![Cow::Owned(p.join("."))];
-                }
+                items.retain(|(p, _)| !(p.len() > 1 && owns.contains(&p.at(0))));
             }
         }
         let mut w = Writer {
@@ -959,7 +992,7 @@ impl Plan<'_> {
             out,
             stats,
         };
-        let refs: Vec<usize> = (0..items.len()).collect();
+        let refs: SmallVec<[usize; 24]> = (0..items.len()).collect();
         w.object(&items, &refs, 0);
     }
 
@@ -1068,16 +1101,16 @@ struct Writer<'a, 'b> {
 impl Writer<'_, '_> {
     /// Writes the items `idx` of `items` as one object, their paths from
     /// `depth` on: items that share a segment there go into one object.
-    fn object(&mut self, items: &[(Vec<Cow<'_, str>>, Item<'_>)], idx: &[usize], depth: usize) {
+    fn object(&mut self, items: &[(Path<'_>, Item<'_>)], idx: &[usize], depth: usize) {
         self.out.push(b'{');
-        let mut done = vec![false; idx.len()];
+        let mut done: SmallVec<[bool; 24]> = smallvec::smallvec![false; idx.len()];
         let mut first = true;
         for a in 0..idx.len() {
             if done[a] {
                 continue;
             }
             let (path, item) = &items[idx[a]];
-            let key = &path[depth];
+            let key = path.at(depth);
             if !first {
                 self.out.push(b',');
             }
@@ -1089,10 +1122,10 @@ impl Writer<'_, '_> {
                 self.value(item);
                 continue;
             }
-            let mut group = Vec::new();
+            let mut group: SmallVec<[usize; 16]> = SmallVec::new();
             for b in a..idx.len() {
                 let (p, _) = &items[idx[b]];
-                if !done[b] && p.len() > depth + 1 && p[depth] == *key {
+                if !done[b] && p.len() > depth + 1 && p.at(depth) == key {
                     done[b] = true;
                     group.push(idx[b]);
                 }
@@ -1388,6 +1421,32 @@ mod tests {
             json(&fb, &b, 0),
             r#"{"log":"hello","file":"/var/log/a.log","host":"n1","kubernetes":{"pod_name":"web-1","labels":{"app":"web","app.kubernetes.io/name":"shop"}},"date":1.000000123}"#
         );
+    }
+
+    /// An own field whose name is the first segment of a layout's object
+    /// (a parsed `log` beside `ecs`' `log.file.path`) is written once,
+    /// the event's own: never a duplicate key, which Elasticsearch
+    /// refuses.
+    #[test]
+    fn an_own_field_replaces_the_layouts_object_of_its_name() {
+        let mut b = batch();
+        let src = b.source.clone();
+        src.set(&mut b.events[0], "log".into(), Value::Str("parsed".into()));
+        src.set(
+            &mut b.events[0],
+            "file".into(),
+            Value::Str("/app/x.go".into()),
+        );
+        let ecs = Output {
+            layout: Layout::Ecs,
+            dedot: true,
+            ..Default::default()
+        };
+        let text = json(&ecs, &b, 0);
+        assert_eq!(text.matches("\"log\":").count(), 1, "{text}");
+        assert!(text.contains(r#""log":"parsed""#), "{text}");
+        assert!(!text.contains("/app/x.go"), "{text}");
+        assert!(text.contains(r#""host":{"name":"n1"}"#), "{text}");
     }
 
     #[test]

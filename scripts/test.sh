@@ -141,20 +141,36 @@ servers() {
 servers >"$bglog/servers.log" 2>&1 &
 servers_pid=$!
 # kube-apiserver, the longest build (about 15 minutes from nothing on 2
-# cores), is needed by one suite only: it builds beside the rest, and
-# run-tests.py starts that suite when its status file says "ok" (--after),
-# while the other suites run.
+# cores), is needed by two suites only: it builds beside the rest, and
+# run-tests.py starts kubernetes_api when its status file says "ok"
+# (--after), while the other suites run. Then the peers of the metadata
+# layouts (Filebeat 7.17, about 2 minutes; the Collector with filelog and
+# k8sattributes, about 10), which only the layouts suite needs, behind a
+# status file of their own.
 late_status=$bglog/kube-apiserver.status
+peers_status=$bglog/peers.status
+late_build() { # STATUS-FILE NAME SCRIPT...
+    local status=$1 name=$2 t0=$SECONDS s
+    shift 2
+    for s in "$@"; do
+        echo "== $s"
+        if ! nice -n 5 "./scripts/$s.sh"; then
+            { echo "scripts/$s.sh failed; its last lines:"; tail -n 40 "$bglog/late.log"; } >"$status.tmp"
+            mv "$status.tmp" "$status"
+            return 1
+        fi
+    done
+    echo "$((SECONDS - t0)) background: $name" >>"$timings"
+    echo ok >"$status.tmp"
+    mv "$status.tmp" "$status"
+}
 late_servers() {
-    local t0=$SECONDS
-    echo "== kube-apiserver"
-    if nice -n 5 ./scripts/kube-apiserver.sh; then
-        echo "$((SECONDS - t0)) background: kube-apiserver" >>"$timings"
-        echo ok >"$late_status.tmp"
+    if late_build "$late_status" kube-apiserver kube-apiserver; then
+        late_build "$peers_status" "layout peers (Filebeat, the Collector with k8sattributes)" \
+            peers/filebeat peers/otelcol-k8s
     else
-        { echo "scripts/kube-apiserver.sh failed; its last lines:"; tail -n 40 "$bglog/late.log"; } >"$late_status.tmp"
+        cp "$late_status" "$peers_status"
     fi
-    mv "$late_status.tmp" "$late_status"
 }
 late_servers >"$bglog/late.log" 2>&1 &
 late_pid=$!
@@ -195,8 +211,8 @@ setsid env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SANITIZER="${FUZZ_SANITIZER:-
 fuzz_pid=$!
 fuzz_t0=$SECONDS
 step "cargo test (scripts/run-tests.py: suites in lanes)" \
-    bash -c 'set -o pipefail; python3 scripts/run-tests.py --profile ci --after "petrel/kubernetes_api=$2" | tee "$1"' \
-    _ "$bglog/tests.log" "$late_status"
+    bash -c 'set -o pipefail; python3 scripts/run-tests.py --profile ci --after "petrel/kubernetes_api=$2" --after "petrel/layouts=$3" | tee "$1"' \
+    _ "$bglog/tests.log" "$late_status" "$peers_status"
 wait "$late_pid" || true
 cat "$bglog/late.log"
 step "the Python producer package (maturin + pytest in a private venv)" \

@@ -66,6 +66,11 @@ enum Cmd {
         /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
         #[arg(long)]
         config: PathBuf,
+        /// Check the configuration alone, away from the host it runs on:
+        /// skip what needs that host (that TLS certificates, keys and
+        /// `remap` program files exist and load, what a sink's path is).
+        #[arg(long)]
+        offline: bool,
     },
     /// Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline's
     /// processor chain in-process and check the events at a component; exit
@@ -191,7 +196,7 @@ pub fn command() -> clap::Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Validate { config } => validate::main(&config),
+        Cmd::Validate { config, offline } => validate::main(&config, offline),
         Cmd::Tap {
             target,
             api_addr,

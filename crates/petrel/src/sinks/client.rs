@@ -52,15 +52,9 @@ impl Auth {
     }
 }
 
-pub(super) fn env_str(n: Node<'_>, what: &str) -> Option<String> {
-    let raw = n.as_str()?;
-    match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok()) {
-        Ok(s) => Some(s.into_owned()),
-        Err(e) => {
-            n.error(format!("`{what}`: {e}"));
-            None
-        }
-    }
+/// A credential's text (`${VAR}` was expanded when the file was loaded).
+pub(super) fn env_str(n: Node<'_>, _what: &str) -> Option<String> {
+    n.as_str().map(str::to_string)
 }
 
 /// Reads `auth: { strategy: basic | api_key | bearer, ... }`.

@@ -270,6 +270,8 @@ pub struct Consumed {
     pub key: Option<Vec<u8>>,
     /// Its value.
     pub value: Vec<u8>,
+    /// Its headers, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 /// Reads `topics` from the beginning until `expected` messages arrived and
@@ -296,10 +298,25 @@ pub fn consume(
     while start.elapsed() < timeout {
         match c.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
+                use rdkafka::message::Headers;
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|x| {
+                                (
+                                    x.key.to_string(),
+                                    x.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 out.push(Consumed {
                     partition: m.partition(),
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                    headers,
                 });
                 last = Instant::now();
             }

@@ -688,7 +688,7 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__validate)
-            opts="-h --config --help"
+            opts="-h --config --offline --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

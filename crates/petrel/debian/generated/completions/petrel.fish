@@ -56,6 +56,7 @@ complete -c petrel -n "__fish_petrel_using_subcommand run" -l unhealthy-after -d
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l no-watch-config -d 'Do not watch `--config` for changes (reload with SIGHUP or `POST /reload` only)'
 complete -c petrel -n "__fish_petrel_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petrel -n "__fish_petrel_using_subcommand validate" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand validate" -l offline -d 'Check the configuration alone, away from the host it runs on: skip what needs that host (that TLS certificates, keys and `remap` program files exist and load, what a sink\'s path is)'
 complete -c petrel -n "__fish_petrel_using_subcommand validate" -s h -l help -d 'Print help'
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l junit -d 'Write a JUnit XML report here' -r -F

@@ -35,6 +35,7 @@ pub const KEYS: &[&str] = &[
     "topic",
     "fallback_topic",
     "key_field",
+    "headers",
     "encoding",
     "compression",
     "acks",
@@ -46,6 +47,11 @@ pub const KEYS: &[&str] = &[
     "max_buffered_bytes",
     "exactly_once",
     "transactional_id",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -78,6 +84,12 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         kind: petrel_core::plugin::KeyKind::String,
         default: None,
         doc: r#"Field used as message key (librdkafka's key hash picks the partition); without it each batch goes to one partition, the partitions with a leader in turn (librdkafka's partitioner until the topic's metadata is known; refreshed every 60 s and after a failed delivery)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "headers",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"Message headers from the event: `name: template`, e.g. `{trace_id: "{{ trace_id }}", source: "{{ host }}"}`; a header whose template renders empty (a missing field) is left out and counted (`template_field_missing`)."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "encoding",
@@ -135,6 +147,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"petrel-<host>-<pipeline>-<sink id>"#),
         doc: r#"With `exactly_once`: the producer's `transactional.id`. It must stay the same across restarts of one instance (a restart then aborts the transaction a crash left open at once, instead of after its 60 s timeout) and differ between instances; set it when instances share a host name."#,
     },
+    crate::sinks::METADATA_DOC,
+    crate::sinks::ONLY_FIELDS_DOC,
+    crate::sinks::EXCEPT_FIELDS_DOC,
+    crate::sinks::TIMESTAMP_FORMAT_DOC,
+    crate::sinks::TIMESTAMP_KEY_DOC,
 ];
 
 /// Largest default of `max_buffered_bytes`: a few librdkafka batches
@@ -195,6 +212,8 @@ pub struct KafkaSinkConfig {
     pub fallback_topic: String,
     /// Field whose value is the message key (same key → same partition).
     pub key_field: Option<String>,
+    /// Message headers: name and value template, in config order.
+    pub headers: Vec<(String, Template)>,
     /// `text` or `ndjson`.
     pub encoding: Encoding,
     /// librdkafka settings, the pass-through ones last.
@@ -276,6 +295,24 @@ impl KafkaSinkConfig {
         }
         client.push("linger.ms", linger.to_string());
         let client = client.finish(&map, &[])?;
+        let mut headers = Vec::new();
+        if let Some(n) = map.get("headers") {
+            match n.as_map_quiet() {
+                Some(m) => {
+                    for (name, v) in m.entries() {
+                        if name.is_empty() {
+                            v.error("a header needs a name");
+                            return None;
+                        }
+                        headers.push((name.to_string(), Template::parse(v.as_str()?, v)?));
+                    }
+                }
+                None => {
+                    n.error("`headers` maps header names to templates, e.g. `{ trace_id: \"{{ trace_id }}\" }`");
+                    return None;
+                }
+            }
+        }
         let exactly_once = map.bool("exactly_once").unwrap_or(false);
         if exactly_once && acks != "all" {
             if let Some(n) = map.get("acks") {
@@ -297,6 +334,7 @@ impl KafkaSinkConfig {
             topic,
             fallback_topic,
             key_field: map.str("key_field").map(str::to_string),
+            headers,
             encoding: super::parse_encoding(&map)?,
             client,
             max_in_flight: map
@@ -316,6 +354,7 @@ pub struct KafkaSink {
     topic: Template,
     fallback_topic: String,
     key_field: Option<String>,
+    headers: Vec<(String, Template)>,
     /// The shared producer (none with `exactly_once`).
     producer: Option<Arc<SharedProducer>>,
     max_in_flight: usize,
@@ -376,6 +415,7 @@ impl KafkaSink {
             topic: c.topic.clone(),
             fallback_topic: c.fallback_topic.clone(),
             key_field: c.key_field.clone(),
+            headers: c.headers.clone(),
             // The transactional side has a producer of its own.
             producer: match c.exactly_once {
                 true => None,
@@ -399,7 +439,10 @@ impl KafkaSink {
             topics: Vec::new(),
             keys: Vec::new(),
             key_ranges: Vec::new(),
+            headers: Vec::new(),
+            header_ranges: Vec::new(),
         };
+        let mut header_missing = 0u64;
         let static_topic = self.topic.as_static();
         if let Some(t) = static_topic {
             r.topics.push(t.to_string());
@@ -438,6 +481,20 @@ impl KafkaSink {
                 });
                 r.key_ranges.push(range);
             }
+            if !self.headers.is_empty() {
+                let start = r.headers.len() as u32;
+                for (h, t) in &self.headers {
+                    if t.render(ev, batch, &mut name) && !name.is_empty() {
+                        producer::push_header(&mut r.headers, h, name.as_bytes());
+                    } else {
+                        header_missing += 1;
+                    }
+                }
+                r.header_ranges.push((start, r.headers.len() as u32));
+            }
+        }
+        if header_missing > 0 {
+            self.metrics.error("template_field_missing", header_missing);
         }
         if missing > 0 {
             self.fallback.inc_by(missing);

@@ -388,6 +388,7 @@ impl Decode for SyslogDecode {
                 message: span_of(s.start, &m.message),
                 fields,
                 time_ns: m.timestamp_ns,
+                hidden: petrel_core::Hidden::NONE,
             });
         }
     }

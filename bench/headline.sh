@@ -117,11 +117,13 @@ declare -A AGENT_BIN=() AGENT_VERSION=() SKIPPED=()
 build
 AGENT_BIN[petrel]="$BIN"
 
-# The newest complete entry NAME-* of the test cache that holds FILE.
+# The newest complete entry NAME-<version>/<recipe>/ of the test cache
+# (scripts/lib/cache.sh's layout) that holds FILE. Only versions after
+# NAME- (v1.2.3 or 1.2.3): fluent-bit-kubernetes-* is another build.
 cached() { # NAME FILE
     local d best=""
-    for d in "$PETREL_TEST_CACHE/$1"-*/; do
-        [[ -x "$d$2" ]] && compgen -G "$d.recipe-*" >/dev/null && best="$d$2"
+    for d in "$PETREL_TEST_CACHE/$1"-[v0-9]*/*/; do
+        [[ -x "$d$2" && -e "$d.complete" ]] && best="$d$2"
     done
     [[ -n "$best" ]] && echo "$best"
 }
@@ -339,7 +341,7 @@ if has_row sinks; then
         BENCH_JSONL="$WORK/sinks.jsonl" run_child "$ROOT/bench/sinks.sh" > "$WORK/sinks.out" 2>&1 \
         || note "bench/sinks.sh failed: $(tail -3 "$WORK/sinks.out")"
     # go install leaves its -version empty: the version scripts/victorialogs.sh builds.
-    printf 'VictoriaLogs\t%s\n' "$(sed -n 's/^version=//p' "$ROOT/scripts/victorialogs.sh")" >> "$WORK/versions-extra.tsv"
+    printf 'VictoriaLogs\t%s\n' "$(sed -n 's/^cache_go_install "$root" victorialogs \([^ ]*\) .*/\1/p' "$ROOT/scripts/victorialogs.sh")" >> "$WORK/versions-extra.tsv"
 fi
 
 # --- the report ----------------------------------------------------------------------

@@ -83,6 +83,12 @@ PARSE = {
     # bench/transforms.sh, `remap` rows (issue 32). The native equivalent
     # of the program: Petrel's `fields` has no upcase, so it sets `level`
     # to a new string, which is the write the program makes.
+    # bench/output_layouts.sh (issue 41): the source's `host` and `file`
+    # removed by a processor.
+    "json512-rmhostfile": {"processors": [
+        "- type: parse_json",
+        "- type: fields\n    remove: [host, file]",
+    ]},
     "json512-fields": {"processors": [
         "- type: parse_json",
         "- type: fields\n    add: {level: INFO}",
@@ -131,6 +137,12 @@ def write_pipeline(path, log_file, sink, read_from, parse=None, sink_path=None):
         # /dev/null unless a real output file is given (throughput --sink-dir).
         sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
                      f"    encoding: {sink}\n")
+    elif sink == "ndjson-ecs3":
+        # bench/output_layouts.sh (issue 41): the ecs layout, three fields
+        # left out.
+        sink_yaml = (f"  - type: file\n    path: {json.dumps(sink_path or '/dev/null')}\n"
+                     "    encoding: ndjson\n    metadata: { layout: ecs }\n"
+                     "    except_fields: [pid, line, level]\n")
     elif sink == "template":
         # The text encoding with a line template of four fields (a time
         # filter, two source fields, the message), as /var/log/messages.
@@ -447,7 +459,7 @@ def cmd_throughput(a):
     # checked after the run and always deleted (1 GiB outputs must not pile
     # up in RAM).
     sink_path = None
-    if a.sink_dir and a.sink.removesuffix(DISK_BUFFER) in ("text", "ndjson", "template"):
+    if a.sink_dir and a.sink.removesuffix(DISK_BUFFER) in ("text", "ndjson", "ndjson-ecs3", "template"):
         os.makedirs(a.sink_dir, exist_ok=True)
         sink_path = os.path.join(os.path.abspath(a.sink_dir),
                                  f"sink-{os.getpid()}.{a.sink.removesuffix(DISK_BUFFER)}")
@@ -574,7 +586,7 @@ def run_throughput(a, workdir, data_dir, cfg, read_path, size, sink_path):
         "stop_s": stop_s, "polls": polls,
         "busy_before": busy_before, "other_cpu_s": max(other, 0.0),
         "tap": a.tap, "tap_skipped": int(tap_skipped),
-        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson", "template") else None),
+        "sink_path": sink_path or ("/dev/null" if a.sink in ("text", "ndjson", "ndjson-ecs3", "template") else None),
         "sink_bytes": sink_bytes, "sink_lines": sink_lines,
     })
 

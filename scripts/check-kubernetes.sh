@@ -28,7 +28,12 @@
 #     and ConfigMap (helm-same.py), consistency.py holds for the renders,
 #     every scripts/check-kubernetes/helm/invalid/*.yaml values file is
 #     rejected for its `# expect:` reason, and the agent accepts the
-#     rendered args and pipelines (`petrel validate`);
+#     rendered args and pipelines (`petrel validate`); the API over TLS
+#     with a token on /metrics (scripts/check-kubernetes/helm/values-api-tls.yaml):
+#     Secret mounts without subPath (rotation), HTTPS probes, a
+#     ServiceMonitor scraping over HTTPS with the token;
+#   - deploy/kubernetes-overlays/api-tls: the same for the DaemonSet of
+#     deploy/kubernetes (kustomize build, kubeconform, args accepted);
 #   - the chart's mode aggregator: `helm lint --strict` and `helm template`
 #     with --set mode=aggregator (a StatefulSet) and with
 #     scripts/check-kubernetes/helm/values-aggregator.yaml (a Deployment,
@@ -242,6 +247,7 @@ export HELM_CACHE_HOME=$work/helm-home/cache HELM_CONFIG_HOME=$work/helm-home/co
     HELM_DATA_HOME=$work/helm-home/data KUBECONFIG=/dev/null
 hvalues=$here/helm/values-full.yaml
 avalues=$here/helm/values-aggregator.yaml
+tvalues=$here/helm/values-api-tls.yaml
 # The aggregator pipelines of deploy/aggregator/ that the aggregator render
 # carries (to-archive.yaml writes to a volume the chart does not have).
 aexamples=(--set-file "aggregator.config.to-opensearch\.yaml=$root/deploy/aggregator/to-opensearch.yaml"
@@ -252,6 +258,7 @@ aexamples=(--set-file "aggregator.config.to-opensearch\.yaml=$root/deploy/aggreg
 "$helm" lint --strict "$chart" -f "$hvalues" || fail "helm lint --strict -f ${hvalues#"$root"/}"
 "$helm" lint --strict "$chart" --set mode=aggregator || fail "helm lint --strict, mode=aggregator"
 "$helm" lint --strict "$chart" -f "$avalues" "${aexamples[@]}" || fail "helm lint --strict -f ${avalues#"$root"/}"
+"$helm" lint --strict "$chart" -f "$tvalues" || fail "helm lint --strict -f ${tvalues#"$root"/}"
 
 step "helm template: default values, containerFiles.enabled=true, ${hvalues#"$root"/}; kubeconform -strict"
 render() { # $1 = output name, then helm flags
@@ -268,6 +275,90 @@ render aggregator --set mode=aggregator
 render aggregator-full -f "$avalues" "${aexamples[@]}"
 validate "$work"/helm-{default,container-files,full,aggregator,aggregator-full}.yaml ||
     fail "kubeconform rejected what the chart renders (above)"
+
+step "the chart's API over TLS with a token, scraped by a ServiceMonitor (${tvalues#"$root"/})"
+render api-tls -f "$tvalues"
+render aggregator-api-tls -f "$tvalues" --set mode=aggregator
+# kubeconform has no schema for the Prometheus Operator's CRD: the
+# ServiceMonitor is checked by the script below instead.
+for v in "${K8S_VERSIONS[@]}"; do
+    "$kubeconform" -strict -summary -kubernetes-version "$v" -skip ServiceMonitor \
+        -schema-location "$cache/schemas/{{ .NormalizedKubernetesVersion }}/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+        "$work"/helm-{api-tls,aggregator-api-tls}.yaml || fail "kubeconform rejected the api-tls renders (above)"
+done
+"$PY" - "$work/helm-api-tls.yaml" "$work/helm-aggregator-api-tls.yaml" "$work/api-tls-args" <<'PYEOF' || fail "api.tls / api.auth / serviceMonitor (above)"
+import sys, yaml
+def check(path, kind):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    (w,) = [d for d in docs if d["kind"] == kind]
+    pod = w["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    args = c["args"]
+    want = ["--api-tls-cert=/etc/petrel/api-tls/tls.crt", "--api-tls-key=/etc/petrel/api-tls/tls.key",
+            "--api-auth=metrics", "--api-token-file=/etc/petrel/api-token/token"]
+    missing = [a for a in want if a not in args]
+    assert not missing, f"{kind}: args lack {missing}"
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    for name, path, secret in (("api-tls", "/etc/petrel/api-tls", "petrel-api-tls"), ("api-token", "/etc/petrel/api-token", "petrel-api")):
+        m = mounts.get(name)
+        assert m and m["mountPath"] == path and m.get("readOnly") and "subPath" not in m, f"{kind}: mount {name}: {m}"
+        assert vols[name]["secret"]["secretName"] == secret, f"{kind}: volume {name}: {vols[name]}"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"].get("scheme") == "HTTPS", f"{kind}: {probe} is not HTTPS"
+    assert pod["metadata"]["annotations"].get("prometheus.io/scheme") == "https", f"{kind}: no prometheus.io/scheme"
+    return docs, args
+def selected(docs):
+    """The Services the ServiceMonitor's selector picks (matchLabels, and
+    matchExpressions with DoesNotExist, the only operator the chart uses)."""
+    (sm,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    sel = sm["spec"]["selector"]
+    out = []
+    for svc in [d for d in docs if d["kind"] == "Service"]:
+        labels = svc["metadata"]["labels"]
+        ok = all(labels.get(k) == v for k, v in sel.get("matchLabels", {}).items())
+        for e in sel.get("matchExpressions", []):
+            assert e["operator"] == "DoesNotExist", e
+            ok = ok and e["key"] not in labels
+        if ok:
+            out.append(svc)
+    return sm, out
+docs, args = check(sys.argv[1], "DaemonSet")
+adocs, _ = check(sys.argv[2], "StatefulSet")
+sm, (svc,) = selected(docs)
+_, (asvc,) = selected(adocs)
+assert not asvc["metadata"]["name"].endswith("-headless"), "the ServiceMonitor picks the headless Service"
+assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+assert sm["metadata"]["labels"].get("release") == "prometheus"
+(ep,) = sm["spec"]["endpoints"]
+assert ep["port"] == svc["spec"]["ports"][0]["name"] and ep["path"] == "/metrics" and ep["scheme"] == "https", ep
+assert ep["tlsConfig"]["ca"]["secret"] == {"name": "petrel-api-tls", "key": "ca.crt"}, ep
+assert ep["bearerTokenSecret"] == {"name": "petrel-api", "key": "token"}, ep
+open(sys.argv[3], "w").write("\n".join(args) + "\n")
+print("api.tls, api.auth metrics, serviceMonitor: Secret mounts, args, HTTPS probes and the ServiceMonitor as expected")
+PYEOF
+
+step "overlay deploy/kubernetes-overlays/api-tls: kustomize build, kubeconform -strict, what it changes"
+toverlay=$root/deploy/kubernetes-overlays/api-tls
+"$kustomize" build "$toverlay" >"$work/overlay-api-tls.yaml" || fail "kustomize build ${toverlay#"$root"/}"
+validate "$work/overlay-api-tls.yaml" || fail "kubeconform rejected what ${toverlay#"$root"/} builds (above)"
+"$PY" - "$work/built.yaml" "$work/overlay-api-tls.yaml" "$work/overlay-api-tls-args" <<'PYEOF' || fail "${toverlay#"$root"/} (above)"
+import sys, yaml
+def ds(p):
+    (d,) = [d for d in yaml.safe_load_all(open(p)) if d and d["kind"] == "DaemonSet"]
+    return d
+base, over = ds(sys.argv[1]), ds(sys.argv[2])
+c = over["spec"]["template"]["spec"]["containers"][0]
+added = c["args"][len(base["spec"]["template"]["spec"]["containers"][0]["args"]):]
+assert added == ["--api-tls-cert=/etc/petrel/api-tls/tls.crt", "--api-tls-key=/etc/petrel/api-tls/tls.key",
+                 "--api-auth=metrics", "--api-token-file=/etc/petrel/api-token/token"], added
+for probe in ("readinessProbe", "livenessProbe"):
+    assert c[probe]["httpGet"]["scheme"] == "HTTPS", probe
+mounts = {m["name"]: m for m in c["volumeMounts"]}
+assert all(n in mounts and "subPath" not in mounts[n] for n in ("api-tls", "api-token")), mounts
+open(sys.argv[3], "w").write("\n".join(c["args"]) + "\n")
+print("overlay api-tls: TLS and token args appended, HTTPS probes, the Secrets mounted as directories")
+PYEOF
 
 step "the chart's defaults render deploy/kubernetes; container_files adds hostPID and SYS_PTRACE only"
 "$PY" "$here/helm-same.py" "$work/built.yaml" "$work/helm-default.yaml" ||
@@ -353,6 +444,12 @@ mapfile -t args <"$work/args"
 # exit 0 means the agent accepts these args as they are.
 "$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the DaemonSet's args: ${args[*]}"
 echo "args accepted: ${args[*]}"
+mapfile -t args <"$work/api-tls-args"
+"$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the api-tls render's args: ${args[*]}"
+echo "args accepted (api-tls render): ${args[*]}"
+mapfile -t args <"$work/overlay-api-tls-args"
+"$petrel" "${args[@]}" --help >/dev/null || fail "petrel rejects the api-tls overlay's args: ${args[*]}"
+echo "args accepted (api-tls overlay): ${args[*]}"
 
 step "the DaemonSet's securityContext, emulated: uid 0, no capability, read-only root"
 # As the container runs (consistency.py checked the manifest says so):

@@ -22,8 +22,14 @@ then passes is reported as FLAKY (with the first failure's output), counted
 in the closing line, and fails the run when --no-flaky is given. A test that
 fails twice fails the run.
 
+A suite given with --after NAME=FILE starts only once FILE exists (the
+test command writes it when the server that suite needs is built, in the
+background, while the other suites run); FILE holds "ok", or else the
+suite fails without running, with FILE's text as the reason.
+
   scripts/run-tests.py [--profile ci] [--capacity 3] [--only NAME ...]
-                       [--times FILE] [--no-flaky] [-- cargo test args]
+                       [--after NAME=FILE ...] [--times FILE] [--no-flaky]
+                       [-- cargo test args]
 """
 
 import argparse
@@ -102,6 +108,8 @@ class Job:
         self.failed_tests = []
         self.flaky = []
         self.lane = 0
+        # --after: a file that must exist before the suite may start.
+        self.after = None
 
 
 def build(profile, extra):
@@ -174,8 +182,16 @@ def main():
         os.environ.get("PETREL_TEST_CACHE", os.path.expanduser("~/.cache/petrel-test")), "test-times.json"))
     ap.add_argument("--no-flaky", action="store_true", help="a test that passes only on its second run fails the run")
     ap.add_argument("--no-doc", action="store_true", help="skip the doc tests")
+    ap.add_argument("--after", action="append", default=[], metavar="NAME=FILE",
+                    help="start suite NAME only once FILE exists (holding ok; anything else fails it)")
     ap.add_argument("cargo_args", nargs="*")
     a = ap.parse_args()
+    after = {}
+    for spec in a.after:
+        name, sep, path = spec.partition("=")
+        if not sep or not path:
+            ap.error(f"--after {spec}: expected NAME=FILE")
+        after[name] = path
 
     known = dict(FIRST_GUESS)
     try:
@@ -190,7 +206,9 @@ def main():
             continue
         alone = name in ALONE
         weight = a.capacity if alone else min(WEIGHTS.get(name, 1), a.capacity)
-        jobs.append(Job(name, [exe], cwd, weight, alone))
+        job = Job(name, [exe], cwd, weight, alone)
+        job.after = after.get(name)
+        jobs.append(job)
     if not a.no_doc and not a.only:
         # Doc tests compile each example: a job of their own, beside the rest.
         jobs.append(Job("doc-tests", ["cargo", "test", "--workspace", "--profile", a.profile,
@@ -205,8 +223,21 @@ def main():
     total = len(jobs)
     wall0 = time.monotonic()
 
+    def ready(job):
+        return job.after is None or os.path.exists(job.after)
+
     def runner(job):
-        rc, out, secs = run_job(job, env)
+        status = None
+        if job.after is not None:
+            try:
+                with open(job.after) as f:
+                    status = f.read().strip()
+            except OSError as e:
+                status = str(e)
+        if status not in (None, "ok"):
+            rc, out, secs = 1, f"not run: what it needs was not built ({job.after}): {status}\n", 0.0
+        else:
+            rc, out, secs = run_job(job, env)
         job.rc, job.output, job.seconds = rc, out, secs
         parse(job)
         with lock:
@@ -228,6 +259,8 @@ def main():
             for j in pending:
                 if state["alone"]:
                     break
+                if not ready(j):
+                    continue
                 if j.alone:
                     if state["used"] == 0:
                         pick = j
@@ -237,7 +270,9 @@ def main():
                     pick = j
                     break
             if pick is None:
-                lock.wait()
+                # A timeout: a suite waiting for --after's file is not
+                # woken by another suite's end.
+                lock.wait(timeout=2)
                 if state["used"] == 0:
                     state["alone"] = False
                 continue
@@ -264,7 +299,9 @@ def main():
             continue
         log(f"\n======== {j.name} FAILED (exit {j.rc}); its output:\n{j.output}\n======== end of {j.name}")
         if not j.failed_tests or j.name == "doc-tests":
-            failed_hard.append((j.name, ["(the binary failed outside a test)"] if not j.failed_tests else j.failed_tests))
+            why = "(not run: what it needs was not built)" if j.output.startswith("not run:") \
+                else "(the binary failed outside a test)"
+            failed_hard.append((j.name, [why] if not j.failed_tests else j.failed_tests))
             continue
         log(f"== running {j.name}'s failed tests again, alone: {' '.join(j.failed_tests)}")
         still = []
@@ -280,7 +317,8 @@ def main():
 
     # Durations for the next run's order.
     for j in jobs:
-        known[j.name] = round(j.seconds, 1)
+        if j.seconds > 0:
+            known[j.name] = round(j.seconds, 1)
     try:
         os.makedirs(os.path.dirname(a.times), exist_ok=True)
         with open(a.times + ".tmp", "w") as f:

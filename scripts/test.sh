@@ -25,8 +25,10 @@
 # ran the tests before reuses them from any clone.
 #
 # The servers build in the background while the Rust workspace compiles;
-# the test binaries then run a few at a time (scripts/run-tests.py). At the
-# end: the seconds of every step, and the counts.
+# the test binaries then run a few at a time (scripts/run-tests.py), the
+# Kubernetes API suite as soon as kube-apiserver, still building beside
+# them on a fresh machine, is ready. At the end: the seconds of every step,
+# and the counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -46,6 +48,10 @@ timings=$(mktemp)
 bglog=$(mktemp -d)
 print_timings() {
     local rc=$?
+    # A run that stopped early leaves no fuzzer behind (its own session).
+    if [[ -n ${fuzz_pid:-} ]]; then
+        kill -- -"$fuzz_pid" 2>/dev/null || true
+    fi
     echo
     echo "== seconds per step (scripts/test.sh, $((SECONDS - t_start)) s in all)"
     awk '{ printf "%8d  %s\n", $1, substr($0, index($0, $2)) }' "$timings" | sort -s -k1,1 -n -r || true
@@ -106,7 +112,7 @@ fi
 # toolchain with cargo-fuzz, kubeconform/kustomize/helm) build here too.
 servers() {
     local s t0
-    for s in fetch-kafka opensearch victorialogs versitygw kube-apiserver otelcol \
+    for s in fetch-kafka opensearch victorialogs versitygw otelcol \
         install-hec-clients install-fluent-clients install-beats-clients \
         "check-docs --tools-only" "check-kubernetes --tools-only" cargo-deb cargo-fuzz; do
         t0=$SECONDS
@@ -134,14 +140,53 @@ servers() {
 }
 servers >"$bglog/servers.log" 2>&1 &
 servers_pid=$!
+# kube-apiserver, the longest build (about 15 minutes from nothing on 2
+# cores), is needed by two suites only: it builds beside the rest, and
+# run-tests.py starts kubernetes_api when its status file says "ok"
+# (--after), while the other suites run. Then the peers of the metadata
+# layouts (Filebeat 7.17, about 2 minutes; the Collector with filelog and
+# k8sattributes, about 10), which only the layouts suite needs, behind a
+# status file of their own.
+late_status=$bglog/kube-apiserver.status
+peers_status=$bglog/peers.status
+late_build() { # STATUS-FILE NAME SCRIPT...
+    local status=$1 name=$2 t0=$SECONDS s
+    shift 2
+    for s in "$@"; do
+        echo "== $s"
+        if ! nice -n 5 "./scripts/$s.sh"; then
+            { echo "scripts/$s.sh failed; its last lines:"; tail -n 40 "$bglog/late.log"; } >"$status.tmp"
+            mv "$status.tmp" "$status"
+            return 1
+        fi
+    done
+    echo "$((SECONDS - t0)) background: $name" >>"$timings"
+    echo ok >"$status.tmp"
+    mv "$status.tmp" "$status"
+}
+late_servers() {
+    if late_build "$late_status" kube-apiserver kube-apiserver; then
+        late_build "$peers_status" "layout peers (Filebeat, the Collector with k8sattributes)" \
+            peers/filebeat peers/otelcol-k8s
+    else
+        cp "$late_status" "$peers_status"
+    fi
+}
+late_servers >"$bglog/late.log" 2>&1 &
+late_pid=$!
 echo "== servers and clients build in the background (their output follows once the Rust build is done)"
 
 # ---- 3. Rust: format, lints, the test build
 step "cargo fmt --check" cargo fmt --all -- --check
-step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# In the ci profile, as the test build after it: both then share the build
+# scripts' work (librdkafka with OpenSSL, Kerberos and Cyrus SASL compiled
+# from source) and the proc-macros, which the dev profile would build a
+# second time.
+step "cargo clippy" cargo clippy --workspace --all-targets --profile ci --locked -- -D warnings
 step "cargo test --no-run (the ci profile's test binaries)" \
     cargo test --workspace --profile ci --locked --no-run
-step "the agent binary (ci profile)" cargo build --profile ci --locked -p petrel --bin petrel
+# (The test build above also builds the agent, target/ci/petrel, which the
+# integration tests and the checks after them run: no second build.)
 
 t0=$SECONDS
 echo "== waiting for the servers and clients"
@@ -153,9 +198,23 @@ fi
 cat "$bglog/servers.log"
 echo "$((SECONDS - t0)) waiting for the background builds after the Rust build" >>"$timings"
 
-# ---- 4. the tests, a few suites at a time
+# ---- 4. the tests, a few suites at a time; beside them, at the lowest
+# priority, every fuzz target for a bounded time: the suites mostly wait
+# for their servers, and the fuzzer takes the idle CPU (at nice 19 the
+# scheduler gives it next to nothing while a suite wants both cores). The
+# fuzz crates build with nightly and their own flags: a target directory
+# of their own in the cache.
+fuzz_log=$bglog/fuzz.log
+setsid env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" \
+    CARGO_TARGET_DIR="$PETREL_TEST_CACHE/cargo-target-fuzz" \
+    nice -n 19 ./scripts/fuzz.sh >"$fuzz_log" 2>&1 &
+fuzz_pid=$!
+fuzz_t0=$SECONDS
 step "cargo test (scripts/run-tests.py: suites in lanes)" \
-    bash -c 'set -o pipefail; python3 scripts/run-tests.py --profile ci | tee "$1"' _ "$bglog/tests.log"
+    bash -c 'set -o pipefail; python3 scripts/run-tests.py --profile ci --after "petrel/kubernetes_api=$2" --after "petrel/layouts=$3" | tee "$1"' \
+    _ "$bglog/tests.log" "$late_status" "$peers_status"
+wait "$late_pid" || true
+cat "$bglog/late.log"
 step "the Python producer package (maturin + pytest in a private venv)" \
     env PETREL_TEST_BIN="$petrel_bin" ./scripts/test-python-producer.sh
 step "packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashboard" \
@@ -163,9 +222,15 @@ step "packaging: .deb (cargo-deb, lintian), systemd unit, promtool rules, dashbo
 step "the book: mdbook build docs, its links" ./scripts/check-docs.sh
 step "Kubernetes manifests: kubeconform, kustomize, helm, petrel validate" \
     env PETREL="$petrel_bin" ./scripts/check-kubernetes.sh
-# The fuzz crates build with nightly and their own flags: a target
-# directory of their own in the cache.
-step "fuzz every target briefly (scripts/fuzz.sh)" \
-    env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SANITIZER="${FUZZ_SANITIZER:-none}" \
-    CARGO_TARGET_DIR="$PETREL_TEST_CACHE/cargo-target-fuzz" ./scripts/fuzz.sh
+t0=$SECONDS
+echo "== fuzz every target briefly (scripts/fuzz.sh, started beside the tests)"
+if ! wait "$fuzz_pid"; then
+    fuzz_pid=
+    cat "$fuzz_log"
+    echo "fuzzing failed (above)" >&2
+    exit 1
+fi
+fuzz_pid=
+grep -E '^== |^Done ' "$fuzz_log" || true
+echo "$((SECONDS - fuzz_t0)) fuzz every target briefly (beside the tests; $((SECONDS - t0)) s waited for after the other steps)" >>"$timings"
 echo "== every step passed"

@@ -61,22 +61,10 @@ extract_source() {
   fi
   touch "$out/.src-done"
 }
-# A build that did not finish keeps its entry (marked .building, no stamp)
-# and resumes where it stopped; cache_begin would empty it, so it is moved
-# aside first and back after.
-entry="$PETREL_TEST_CACHE/fluent-bit-$version"
-partial=
-if [ -f "$entry/.building" ]; then
-  partial=1
-  rm -rf "$entry.partial"
-  mv "$entry" "$entry.partial"
-fi
-if ! cache_begin fluent-bit "$version" "$0"; then
+# A build that did not finish keeps its entry (same recipe, no .complete)
+# and resumes where it stopped.
+if ! CACHE_KEEP_PARTIAL=1 cache_begin fluent-bit "$version" "$0"; then
   out="$CACHE_ENTRY"
-  if [ -n "$partial" ]; then
-    rmdir "$out"
-    mv "$entry.partial" "$out"
-  fi
   touch "$out/.building"
   [ -f "$out/.src-done" ] || extract_source "$out"
   # FLB_MINIMAL turns every plugin off; the ones the benchmark runs are

@@ -37,20 +37,9 @@ version=v0.57.0
 src=${VECTOR_SRC:?VECTOR_SRC: Vector source (git dir or tree)}
 command -v protoc >/dev/null || { echo "vector: protoc is required (apt-get install protobuf-compiler)" >&2; exit 1; }
 
-# The cache entry is emptied when the recipe changes; a build that did not
-# finish keeps its entry (no stamp) and resumes: cache_begin would empty it,
-# so a partial entry is detected first by its marker.
-entry="$PETREL_TEST_CACHE/vector-$version"
-partial=
-if [ -f "$entry/.building" ]; then
-  partial=1
-  mv "$entry" "$entry.partial"
-fi
-if ! cache_begin vector "$version" "$0"; then
-  if [ -n "$partial" ]; then
-    rmdir "$CACHE_ENTRY"
-    mv "$entry.partial" "$CACHE_ENTRY"
-  fi
+# A build that did not finish keeps its entry (same recipe, no .complete)
+# and resumes where it stopped.
+if ! CACHE_KEEP_PARTIAL=1 cache_begin vector "$version" "$0"; then
   touch "$CACHE_ENTRY/.building"
   out="$CACHE_ENTRY"
   # Sources.

@@ -11,7 +11,26 @@ use std::fmt;
 use std::sync::Arc;
 
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
+
 pub use marked_yaml::Node as YamlNode;
+
+/// False while `petrel validate --offline` checks a configuration away
+/// from its host: plugins then skip what needs the host itself (that TLS
+/// certificates and program files exist, what a path is), and check only
+/// the configuration.
+static HOST_CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns the host checks of the plugins off (`validate --offline`) or on.
+pub fn set_host_checks(on: bool) {
+    HOST_CHECKS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True unless `petrel validate --offline` turned the host checks off: a
+/// plugin's parse function asks before it reads a file named by the
+/// configuration.
+pub fn host_checks() -> bool {
+    HOST_CHECKS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// One configuration problem with its position.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +60,7 @@ impl fmt::Display for ConfigError {
 #[derive(Default)]
 pub struct ConfigErrors {
     list: RefCell<Vec<ConfigError>>,
+    warnings: RefCell<Vec<ConfigError>>,
     paths: typed_arena::Arena<String>,
 }
 
@@ -68,6 +88,26 @@ impl ConfigErrors {
         self.list.borrow().is_empty()
     }
 
+    /// Records something that loads but should change (a deprecated
+    /// key): `validate` prints it, `run` logs it.
+    pub fn warn(&self, w: ConfigError) {
+        self.warnings.borrow_mut().push(w);
+    }
+
+    /// Takes the warnings recorded so far, in order of position.
+    pub fn take_warnings(&self) -> Vec<ConfigError> {
+        let mut v = std::mem::take(&mut *self.warnings.borrow_mut());
+        v.sort_by(|a, b| (&a.file, a.line, a.col).cmp(&(&b.file, b.line, b.col)));
+        v.dedup();
+        v
+    }
+
+    /// How many problems were recorded so far (a reader that reports
+    /// several problems compares it before and after).
+    pub fn len(&self) -> usize {
+        self.list.borrow().len()
+    }
+
     /// The recorded problems, in order of position.
     pub fn into_vec(self) -> Vec<ConfigError> {
         let mut v = self.list.into_inner();
@@ -78,50 +118,11 @@ impl ConfigErrors {
 }
 
 /// Parses YAML text into a positioned tree; a syntax error becomes a
-/// [`ConfigError`].
+/// [`ConfigError`]. Anchors, aliases and merge keys (`<<: *base`) are
+/// resolved here, every node keeping the position it was written at
+/// (see [`crate::yaml`]).
 pub fn parse_yaml(file: &Arc<str>, text: &str) -> Result<YamlNode, ConfigError> {
-    use marked_yaml::LoadError;
-    let opts = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
-    marked_yaml::parse_yaml_with_options(0, text, opts).map_err(|e| {
-        let (m, msg) = match &e {
-            LoadError::TopLevelMustBeMapping(m) => (
-                *m,
-                "the file must be a mapping with `sources`, `processors` and `sinks`".to_string(),
-            ),
-            LoadError::DuplicateKey(d) => (
-                d.key.span().start().copied().unwrap_or_else(blank_marker),
-                format!("duplicate key `{}`; remove one of the two", d.key.as_str()),
-            ),
-            LoadError::ScanError(m, s) => (*m, format!("YAML syntax error: {s}")),
-            other => (
-                marker_of_error(other),
-                format!("unsupported YAML construct: {other:?}"),
-            ),
-        };
-        ConfigError {
-            file: file.clone(),
-            line: m.line().max(1),
-            col: m.column().max(1),
-            message: msg,
-        }
-    })
-}
-
-fn blank_marker() -> marked_yaml::Marker {
-    marked_yaml::Marker::new(0, 0, 1, 1)
-}
-
-fn marker_of_error(e: &marked_yaml::LoadError) -> marked_yaml::Marker {
-    use marked_yaml::LoadError::*;
-    match e {
-        TopLevelMustBeMapping(m)
-        | TopLevelMustBeSequence(m)
-        | UnexpectedAnchor(m)
-        | MappingKeyMustBeScalar(m)
-        | UnexpectedTag(m)
-        | ScanError(m, _) => *m,
-        DuplicateKey(_) => blank_marker(),
-    }
+    crate::yaml::load(file, text)
 }
 
 /// A positioned configuration value.
@@ -170,6 +171,17 @@ impl<'a> Node<'a> {
             }
         }
         marker_pos(self.raw.span().start())
+    }
+
+    /// Records a warning at this node (see [`ConfigErrors::warn`]).
+    pub fn warn(&self, message: impl Into<String>) {
+        let (line, col) = self.position();
+        self.errs.warn(ConfigError {
+            file: self.file.clone(),
+            line,
+            col,
+            message: message.into(),
+        });
     }
 
     /// Records a problem at this node.
@@ -298,6 +310,20 @@ impl<'a> Node<'a> {
                 "a non-negative integer"
             };
             self.error(format!("{} must be {hint}, found `{s}`", self.label()));
+        }
+        parsed
+    }
+
+    /// A duration: a number with a unit (`500ms`, `30s`, `10m`, `12h`,
+    /// `7d`), or a bare number of seconds.
+    pub fn as_duration(&self) -> Option<std::time::Duration> {
+        let s = self.as_str()?;
+        let parsed = parse_duration(s);
+        if parsed.is_none() {
+            self.error(format!(
+                "{} must be a duration such as `30s`, `10m`, `12h` or `7d`, found `{s}`",
+                self.label()
+            ));
         }
         parsed
     }
@@ -471,6 +497,24 @@ fn unknown_key_message(key: &str, within: &str, allowed: &[&str]) -> String {
     msg
 }
 
+/// Parses `500ms`, `30s`, `10m`, `12h`, `7d` and a bare number of
+/// seconds.
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let ms: u64 = match unit.trim() {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(ms).map(std::time::Duration::from_millis)
+}
+
 /// Parses `123`, `64KiB`, `10MB`, `1GiB` (case-insensitive units; KB/MB/GB
 /// are powers of 1000, KiB/MiB/GiB powers of 1024).
 pub fn parse_size(s: &str) -> Option<u64> {
@@ -491,14 +535,33 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(mult)
 }
 
+/// Why [`expand_env`] refused a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvError {
+    /// What is wrong and how to fix it, naming the variable.
+    pub message: String,
+    /// The text where the problem starts (`${NAME`), to find its column.
+    pub at: String,
+}
+
+impl fmt::Display for EnvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Replaces `${NAME}` and `${NAME:-default}` in `s` with environment
 /// values found by `lookup`, and `$$` with `$`. A `$` followed by anything
 /// else is kept as it is. Errors name the problem (unset variable, bad
 /// name, missing `}`).
+///
+/// The loader runs it once over every value of a pipeline file
+/// ([`crate::yaml::expand_env_tree`]); plugins read values already
+/// expanded and must not expand them again (`$$` would be undone).
 pub fn expand_env(
     s: &str,
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Cow<'_, str>, String> {
+) -> Result<Cow<'_, str>, EnvError> {
     if !s.contains('$') {
         return Ok(Cow::Borrowed(s));
     }
@@ -512,9 +575,10 @@ pub fn expand_env(
             rest = r;
         } else if let Some(body) = after.strip_prefix('{') {
             let Some(end) = body.find('}') else {
-                return Err(format!(
-                    "`${{` without a closing `}}` in `{s}`; write `$${{` for a literal `${{`"
-                ));
+                return Err(EnvError {
+                    message: "`${` without a closing `}`; write `$${` for a literal `${`".into(),
+                    at: "${".into(),
+                });
             };
             let inner = &body[..end];
             let (name, default) = match inner.split_once(":-") {
@@ -527,20 +591,27 @@ pub fn expand_env(
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
                 && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
             if !valid {
-                return Err(format!(
-                    "invalid environment variable name `{name}` in `{s}`: use letters, digits \
-                     and `_`, e.g. `${{HOSTNAME}}` or `${{REGION:-eu-west-1}}`"
-                ));
+                return Err(EnvError {
+                    message: format!(
+                        "invalid environment variable name `{name}`: use letters, digits \
+                         and `_`, e.g. `${{HOSTNAME}}` or `${{REGION:-eu-west-1}}`; write \
+                         `$${{` for a literal `${{`"
+                    ),
+                    at: format!("${{{name}"),
+                });
             }
             match (lookup(name), default) {
                 (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
                 (Some(v), _) => out.push_str(&v),
                 (None, Some(d)) => out.push_str(d),
                 (None, None) => {
-                    return Err(format!(
-                        "environment variable `{name}` is not set (or not UTF-8); set it, or \
-                         give a default with `${{{name}:-default}}`"
-                    ))
+                    return Err(EnvError {
+                        message: format!(
+                            "environment variable `{name}` is not set (or not UTF-8); set it, \
+                             or give a default with `${{{name}:-default}}`"
+                        ),
+                        at: format!("${{{name}"),
+                    })
                 }
             }
             rest = &body[end + 1..];
@@ -607,6 +678,17 @@ mod tests {
         let e = parse_yaml(&file, "a: [1, 2\nb: 3\n").unwrap_err();
         assert_eq!(&*e.file, "s.yaml");
         assert!(e.message.starts_with("YAML syntax error"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("1w"), None);
+        assert_eq!(parse_duration("m"), None);
     }
 
     #[test]

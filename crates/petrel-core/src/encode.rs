@@ -1,10 +1,13 @@
 //! Encodings shared by sinks: `text` (the message and a newline, or a line
-//! [`Template`]) and `ndjson` (one JSON object per event).
+//! [`Template`]) and `ndjson` (one JSON object per event, written as the
+//! sink's [`Output`] says: see [`crate::schema`]).
 
 use std::sync::Arc;
 
 use crate::event::{Event, EventBatch, Value};
 use crate::json::write_json_key;
+use crate::schema::{Output, Plan};
+
 pub use crate::json::{is_utf8, write_json_bytes, write_json_str, write_json_value, EncodeStats};
 use crate::template::{now_ns, RenderOptions, Template};
 use petrel_time::write_rfc3339;
@@ -14,8 +17,9 @@ use petrel_time::write_rfc3339;
 pub enum Encoding {
     /// The message bytes as they were read, then `\n`.
     Text,
-    /// One JSON object per line with every field of the event.
-    Ndjson,
+    /// One JSON object per line, the fields the sink's [`Output`] selects
+    /// in its layout.
+    Ndjson(Arc<Output>),
     /// A line template (`{{ timestamp | %b %e %H:%M:%S }} {{ host }}
     /// {{ message }}`), then `\n`.
     Template(Arc<LineTemplate>),
@@ -39,15 +43,26 @@ impl Encoding {
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "text" => Some(Self::Text),
-            "ndjson" => Some(Self::Ndjson),
+            "ndjson" => Some(Self::Ndjson(Arc::default())),
+            _ => None,
+        }
+    }
+
+    /// The output of `ndjson` resolved for `batch` (once per batch, for
+    /// [`Encoding::write_event`]); `None` for the other encodings.
+    pub fn plan<'a>(&'a self, batch: &EventBatch) -> Option<Plan<'a>> {
+        match self {
+            Self::Ndjson(o) => Some(o.plan(&batch.source)),
             _ => None,
         }
     }
 
     /// Renders one event's line (no newline) for sinks that frame events
-    /// themselves (syslog): the message, the JSON object, or the template.
+    /// themselves (syslog): the message, the JSON object (as `plan`, from
+    /// [`Encoding::plan`] for this batch, says), or the template.
     pub fn write_event(
         &self,
+        plan: Option<&Plan<'_>>,
         batch: &EventBatch,
         ev: &Event,
         now_ns: i64,
@@ -56,7 +71,12 @@ impl Encoding {
     ) {
         match self {
             Self::Text => write_text_value(batch, &ev.message, out),
-            Self::Ndjson => write_event_json(batch, ev, JsonShape::NDJSON, out, stats),
+            Self::Ndjson(o) => match plan {
+                Some(p) => p.write_json(batch, ev, JsonShape::NDJSON, out, stats),
+                None => o
+                    .plan(&batch.source)
+                    .write_json(batch, ev, JsonShape::NDJSON, out, stats),
+            },
             Self::Template(t) => {
                 let opts = RenderOptions {
                     missing: &t.missing,
@@ -91,9 +111,10 @@ pub fn encode_batch(
                 }
             }
         }
-        Encoding::Ndjson => {
+        Encoding::Ndjson(output) => {
+            let plan = output.plan(&batch.source);
             for ev in &batch.events {
-                write_event_json(batch, ev, JsonShape::NDJSON, out, &mut stats);
+                plan.write_json(batch, ev, JsonShape::NDJSON, out, &mut stats);
                 out.push(b'\n');
                 if let Some(ends) = record_ends.as_deref_mut() {
                     ends.push(out.len() as u32);
@@ -104,7 +125,7 @@ pub fn encode_batch(
             // One clock reading per batch, for events without a time.
             let now = now_ns();
             for ev in &batch.events {
-                encoding.write_event(batch, ev, now, out, &mut stats);
+                encoding.write_event(None, batch, ev, now, out, &mut stats);
                 out.push(b'\n');
                 if let Some(ends) = record_ends.as_deref_mut() {
                     ends.push(out.len() as u32);
@@ -115,17 +136,22 @@ pub fn encode_batch(
     stats
 }
 
-/// How [`write_event_json`] lays out the fields that are not plain event
-/// fields, for sinks whose destination expects other names.
+/// What a sink itself asks of the JSON of its events, besides its
+/// [`Output`]: its own key for the time, a time for events without one,
+/// fields it writes elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonShape<'a> {
-    /// Key of the parsed event time (`timestamp`; `@timestamp` for
-    /// Elasticsearch); written as it is, so it must need no JSON escaping.
-    pub time_key: &'a str,
+    /// The sink's key of the parsed event time (`@timestamp` for
+    /// Elasticsearch); `None`: the output's (`timestamp_key`, else the
+    /// layout's: `timestamp`, `@timestamp` for `ecs`). Written as it is,
+    /// so it must need no JSON escaping.
+    pub time_key: Option<&'a str>,
     /// Time written for events without a parsed time, already in RFC 3339
     /// (rendered once per batch, not per event); `None` writes no time
     /// for them.
     pub default_time: Option<&'a [u8]>,
+    /// The same time in nanoseconds, for the other `timestamp_format`s.
+    pub default_ns: Option<i64>,
     /// Fields (and batch metadata) left out, such as those a Loki sink
     /// turned into stream labels.
     pub skip: &'a [&'a str],
@@ -134,15 +160,25 @@ pub struct JsonShape<'a> {
 impl JsonShape<'static> {
     /// The `ndjson` encoding's shape.
     pub const NDJSON: Self = Self {
-        time_key: "timestamp",
+        time_key: None,
         default_time: None,
+        default_ns: None,
         skip: &[],
     };
 }
 
-/// Appends the JSON object of one event (no newline): the message, the
-/// `file` and metadata fields of its batch, its time, then its fields.
-/// The one writer behind every JSON encoding of events.
+impl<'a> JsonShape<'a> {
+    /// The sink's own time key, if it has one.
+    pub fn sink_time_key(&self) -> Option<&'a str> {
+        self.time_key
+    }
+}
+
+/// Appends the JSON object of one event (no newline) in the default
+/// output (`flat`, every field, RFC 3339 times): the message, the `file`
+/// and metadata fields of its batch that it still has, its time, then its
+/// fields. [`Plan::write_json`] calls it for the default output and
+/// writes the others itself.
 #[inline]
 pub fn write_event_json(
     batch: &EventBatch,
@@ -152,8 +188,17 @@ pub fn write_event_json(
     stats: &mut EncodeStats,
 ) {
     let file = &*batch.source.path;
-    out.extend_from_slice(b"{\"message\":");
-    write_json_value(batch, &ev.message, out, stats);
+    let time_key = shape.time_key.unwrap_or("timestamp");
+    // Removed by a processor: no `message` at all, never `null`. The
+    // first key is written with its opening brace, the others with their
+    // comma.
+    let mut sep: u8 = b'{';
+    if !matches!(ev.message, Value::Null) {
+        out.extend_from_slice(b"{\"message\":");
+        write_json_value(batch, &ev.message, out, stats);
+        sep = b',';
+    }
+    let hidden = !ev.hidden.is_empty();
     // A `file` field set by a processor takes the place of the source
     // path; a parsed event time that of a field named like the time key.
     // Each key is written once.
@@ -161,30 +206,40 @@ pub fn write_event_json(
     match ev.fields.iter().find(|(k, _)| k == "file") {
         _ if skip_file => {}
         Some((_, v)) => {
-            out.extend_from_slice(b",\"file\":");
+            out.push(sep);
+            out.extend_from_slice(b"\"file\":");
             write_json_value(batch, v, out, stats);
+            sep = b',';
         }
-        None if !file.is_empty() => {
+        None if !(file.is_empty() || hidden && ev.hidden.contains(0)) => {
             // Already text: escaped without a UTF-8 check per event.
-            out.extend_from_slice(b",\"file\":");
+            out.push(sep);
+            out.extend_from_slice(b"\"file\":");
             write_json_str(out, file);
+            sep = b',';
         }
         None => {}
     }
-    for (k, v) in &batch.source.meta[..] {
-        if !ev.fields.iter().any(|(f, _)| f == k) && !shape.skip.iter().any(|s| s == k) {
-            out.push(b',');
+    for (j, (k, v)) in batch.source.meta.iter().enumerate() {
+        if !(ev.fields.iter().any(|(f, _)| f == k)
+            || shape.skip.iter().any(|s| s == k)
+            || hidden && ev.hidden.contains(j + 1))
+        {
+            out.push(sep);
             write_json_key(k, out);
             out.push(b':');
             write_json_str(out, v);
+            sep = b',';
         }
     }
     let has_time = ev.time_ns.is_some() || shape.default_time.is_some();
     if has_time {
         // The key is a fixed name without characters to escape: copied,
         // not escaped, once per event.
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(shape.time_key.as_bytes());
+        out.push(sep);
+        sep = b',';
+        out.push(b'"');
+        out.extend_from_slice(time_key.as_bytes());
         out.extend_from_slice(b"\":\"");
         match (ev.time_ns, shape.default_time) {
             (Some(ns), _) => write_rfc3339(ns, out),
@@ -194,13 +249,18 @@ pub fn write_event_json(
         out.push(b'"');
     }
     for (k, v) in &ev.fields {
-        if k == "file" || (has_time && k == shape.time_key) || shape.skip.iter().any(|s| s == k) {
+        if k == "file" || (has_time && k == time_key) || shape.skip.iter().any(|s| s == k) {
             continue;
         }
-        out.push(b',');
+        out.push(sep);
+        sep = b',';
         write_json_key(k, out);
         out.push(b':');
         write_json_value(batch, v, out, stats);
+    }
+    if sep == b'{' {
+        // Every field removed: an empty object.
+        out.push(b'{');
     }
     out.push(b'}');
 }
@@ -245,6 +305,8 @@ fn encode_text_runs(batch: &EventBatch, out: &mut Vec<u8>) {
 fn write_text_value(batch: &EventBatch, v: &Value, out: &mut Vec<u8>) {
     match batch.bytes_of(v) {
         Some(b) => out.extend_from_slice(b),
+        // A removed message: an empty line, not the word `null`.
+        None if matches!(v, Value::Null) => {}
         None => {
             let mut stats = EncodeStats::default();
             write_json_value(batch, v, out, &mut stats);
@@ -290,7 +352,7 @@ mod tests {
     fn spans_of_a_text_buffer_that_cut_a_character_are_replaced() {
         let b = batch("é ok\n".as_bytes(), &[(0, 1), (3, 2), (0, 5)]);
         let mut out = Vec::new();
-        let st = encode_batch(&Encoding::Ndjson, &b, &mut out, None);
+        let st = encode_batch(&Encoding::from_name("ndjson").unwrap(), &b, &mut out, None);
         let text = String::from_utf8(out).unwrap();
         let messages: Vec<&str> = text
             .lines()
@@ -306,7 +368,7 @@ mod tests {
         b.events[0].set("n".into(), Value::Int(-3));
         b.events[0].time_ns = Some(1_700_000_000_123_456_789);
         let mut out = Vec::new();
-        let st = encode_batch(&Encoding::Ndjson, &b, &mut out, None);
+        let st = encode_batch(&Encoding::from_name("ndjson").unwrap(), &b, &mut out, None);
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -343,7 +405,7 @@ mod tests {
         b.events[0].set("timestamp".into(), Value::Str("old".into()));
         b.events[0].time_ns = Some(0);
         let mut out = Vec::new();
-        encode_batch(&Encoding::Ndjson, &b, &mut out, None);
+        encode_batch(&Encoding::from_name("ndjson").unwrap(), &b, &mut out, None);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"message\":\"x\",\"file\":\"main.go\",\"timestamp\":\"1970-01-01T00:00:00.000000000Z\"}\n"

@@ -101,25 +101,128 @@ fn lookup_path<'a>(entries: &'a [(Key, Value)], path: &str) -> Option<&'a Value>
     None
 }
 
+/// The metadata entries of its batch (see [`SourceInfo::entry`]) that an
+/// event no longer has: a processor removed, renamed or moved them. Bit
+/// `i` stands for entry `i`. The first 64 entries cost nothing beyond the
+/// word here; a batch with more (pods with many labels) spills the rest
+/// into a boxed list only for events that hide one of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hidden {
+    low: u64,
+    // Boxed so that an event pays one word for the rare spill, not the
+    // three of a `Vec`.
+    #[allow(clippy::box_collection)]
+    high: Option<Box<Vec<u64>>>,
+}
+
+impl Hidden {
+    /// Nothing hidden.
+    pub const NONE: Hidden = Hidden { low: 0, high: None };
+
+    /// True when no entry is hidden (the common case, checked first by
+    /// every writer).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.low == 0 && self.high.is_none()
+    }
+
+    /// Whether entry `i` is hidden.
+    #[inline]
+    pub fn contains(&self, i: usize) -> bool {
+        if i < 64 {
+            return self.low & (1 << i) != 0;
+        }
+        let (w, b) = ((i - 64) / 64, (i - 64) % 64);
+        self.high
+            .as_ref()
+            .and_then(|h| h.get(w))
+            .is_some_and(|word| word & (1 << b) != 0)
+    }
+
+    /// Shows entry `i` again.
+    pub fn remove(&mut self, i: usize) {
+        if i < 64 {
+            self.low &= !(1 << i);
+            return;
+        }
+        let (w, b) = ((i - 64) / 64, (i - 64) % 64);
+        if let Some(word) = self.high.as_mut().and_then(|h| h.get_mut(w)) {
+            *word &= !(1 << b);
+        }
+        if self
+            .high
+            .as_ref()
+            .is_some_and(|h| h.iter().all(|w| *w == 0))
+        {
+            self.high = None;
+        }
+    }
+
+    /// Hides entry `i`.
+    pub fn insert(&mut self, i: usize) {
+        if i < 64 {
+            self.low |= 1 << i;
+            return;
+        }
+        let (w, b) = ((i - 64) / 64, (i - 64) % 64);
+        let high = self.high.get_or_insert_with(Default::default);
+        if high.len() <= w {
+            high.resize(w + 1, 0);
+        }
+        high[w] |= 1 << b;
+    }
+}
+
+/// Removes `path` from `entries` as [`lookup_path`] finds it.
+fn remove_path(entries: &mut Vec<(Key, Value)>, path: &str) -> Option<Value> {
+    if let Some(i) = entries.iter().position(|(k, _)| k == path) {
+        return Some(entries.remove(i).1);
+    }
+    for (i, _) in path.match_indices('.') {
+        let (head, rest) = (&path[..i], &path[i + 1..]);
+        if let Some((_, Value::Object(inner))) = entries.iter_mut().find(|(k, _)| k == head) {
+            if let Some(v) = remove_path(inner, rest) {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
 /// One log event.
+///
+/// Its fields are its own (`message`, `fields`, the time) and the
+/// metadata of its batch ([`SourceInfo::entry`]: `file`, `host`, the
+/// container's and pod's, ...), less the entries in `hidden`. An own field
+/// of the same name as an entry takes that entry's place.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// The raw message, usually a span of the read buffer.
+    /// The raw message, usually a span of the read buffer. `Null` when a
+    /// processor removed it: no `message` is written then.
     pub message: Value,
     /// Fields added by processors, in insertion order.
     pub fields: Vec<(Key, Value)>,
     /// Event time in nanoseconds since the Unix epoch, when parsed.
     pub time_ns: Option<i64>,
+    /// Metadata entries of the batch this event no longer has.
+    pub hidden: Hidden,
 }
 
 impl Event {
     /// An event whose message is `span` of the batch buffer.
     #[inline]
     pub fn from_span(span: Span) -> Self {
+        Self::new(Value::Span(span))
+    }
+
+    /// An event with `message` and nothing else.
+    #[inline]
+    pub fn new(message: Value) -> Self {
         Self {
-            message: Value::Span(span),
+            message,
             fields: Vec::new(),
             time_ns: None,
+            hidden: Hidden::NONE,
         }
     }
 
@@ -163,6 +266,13 @@ impl Event {
         let idx = self.fields.iter().position(|(k, _)| k == name)?;
         Some(self.fields.remove(idx).1)
     }
+
+    /// Removes field `name`, or else the dotted path `name` inside an
+    /// object field (as [`Event::get_path`] finds it), and returns its
+    /// value.
+    pub fn remove_path(&mut self, name: &str) -> Option<Value> {
+        remove_path(&mut self.fields, name)
+    }
 }
 
 /// Empties `events`, quickly when none of them owns memory: the events of
@@ -172,6 +282,7 @@ impl Event {
 pub fn drop_events(events: &mut Vec<Event>) {
     let trivial = events.iter().all(|e| {
         e.fields.capacity() == 0
+            && e.hidden.high.is_none()
             && matches!(
                 e.message,
                 Value::Span(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::Null
@@ -209,6 +320,160 @@ impl SourceInfo {
             meta,
             source_type: "file",
         }
+    }
+
+    /// How many entry numbers there are ([`SourceInfo::entry`]): `file`,
+    /// then each of `meta`.
+    #[inline]
+    pub fn entry_count(&self) -> usize {
+        1 + self.meta.len()
+    }
+
+    /// Metadata entry `i` as (name, value): entry 0 is `file` (absent for
+    /// sources that read no file), entry `1 + j` is `meta[j]`. These are
+    /// the fields an event gets from its batch; [`Event::hidden`] counts
+    /// in these numbers.
+    #[inline]
+    pub fn entry(&self, i: usize) -> Option<(&str, &str)> {
+        match i {
+            0 if self.path.is_empty() => None,
+            0 => Some(("file", &self.path)),
+            _ => self.meta.get(i - 1).map(|(k, v)| (&**k, &**v)),
+        }
+    }
+
+    /// The entries, with their numbers.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, &str, &str)> {
+        (0..self.entry_count()).filter_map(|i| self.entry(i).map(|(k, v)| (i, k, v)))
+    }
+
+    /// The number of the entry named `name`.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        if name == "file" {
+            return (!self.path.is_empty()).then_some(0);
+        }
+        self.meta.iter().position(|(k, _)| k == name).map(|j| j + 1)
+    }
+
+    /// The numbers of the entries named `name` or below it (`k8s` covers
+    /// `k8s.pod_name` and `k8s.labels.app`).
+    pub fn find_under<'a>(&'a self, name: &'a str) -> impl Iterator<Item = usize> + 'a {
+        self.entries()
+            .filter(move |(_, k, _)| crate::schema::is_under(k, name))
+            .map(|(i, _, _)| i)
+    }
+
+    /// The value of metadata entry `name` as `ev` has it: none when the
+    /// event hid it. `source_type` (not an entry: it is never written,
+    /// and cannot be removed) is answered too.
+    pub fn visible(&self, ev: &Event, name: &str) -> Option<&str> {
+        if name == "source_type" && !self.source_type.is_empty() {
+            return Some(self.source_type);
+        }
+        let i = self.find(name)?;
+        if ev.hidden.contains(i) {
+            return None;
+        }
+        self.entry(i).map(|(_, v)| v)
+    }
+
+    /// Hides from `ev` the entries named `name` or below it; true when
+    /// there was one to hide.
+    pub fn hide(&self, ev: &mut Event, name: &str) -> bool {
+        let mut any = false;
+        for i in (0..self.entry_count()).filter(|&i| {
+            self.entry(i)
+                .is_some_and(|(k, _)| crate::schema::is_under(k, name))
+        }) {
+            if !ev.hidden.contains(i) {
+                ev.hidden.insert(i);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// The value of `name` as `ev` has it, own field first, then the
+    /// metadata: an entry's text, or for the name of a group of entries
+    /// (`k8s`, `k8s.labels`) an object of the entries below it.
+    pub fn value_of(&self, ev: &Event, name: &str) -> Option<Value> {
+        if name == "message" {
+            return (!matches!(ev.message, Value::Null)).then(|| ev.message.clone());
+        }
+        if let Some(v) = ev.get_path(name) {
+            return Some(v.clone());
+        }
+        if let Some(v) = self.visible(ev, name) {
+            return Some(Value::Str(v.into()));
+        }
+        let prefix = crate::schema::segments(name);
+        let mut obj: Option<Value> = None;
+        for (i, k, v) in self.entries() {
+            if ev.hidden.contains(i) || !crate::schema::is_under(k, name) || k == name {
+                continue;
+            }
+            // An own field of the entry's name holds its value now.
+            let value = ev.get(k).cloned().unwrap_or_else(|| Value::Str(v.into()));
+            let segs = crate::schema::segments(k);
+            let root = obj.get_or_insert_with(|| Value::Object(Vec::new()));
+            crate::schema::insert_path(root, &segs[prefix.len()..], value);
+        }
+        obj
+    }
+
+    /// Takes `name` out of `ev` and returns its value as
+    /// [`SourceInfo::value_of`] saw it: the own field is removed
+    /// (`message` becomes absent) and the metadata it names is hidden.
+    pub fn take(&self, ev: &mut Event, name: &str) -> Option<Value> {
+        let v = self.value_of(ev, name);
+        self.remove(ev, name);
+        v
+    }
+
+    /// Removes `name` from `ev`: the own field (`message` included) and
+    /// every metadata entry named so or below it; true when something was
+    /// there.
+    pub fn remove(&self, ev: &mut Event, name: &str) -> bool {
+        let own = if name == "message" {
+            !matches!(std::mem::replace(&mut ev.message, Value::Null), Value::Null)
+        } else {
+            let mut own = ev.remove_path(name).is_some();
+            // Own fields that took the place of entries below `name`.
+            if self
+                .meta
+                .iter()
+                .any(|(k, _)| crate::schema::is_under(k, name))
+            {
+                let before = ev.fields.len();
+                ev.fields
+                    .retain(|(k, _)| !(crate::schema::is_under(k, name) && self.find(k).is_some()));
+                own |= ev.fields.len() != before;
+            }
+            own
+        };
+        self.hide(ev, name) || own
+    }
+
+    /// Sets own field `name` of `ev`; the metadata entries below it are
+    /// hidden, so that a field named like a group (`k8s`) replaces the
+    /// whole group. (An entry of the same name is replaced by the own
+    /// field in any case.)
+    pub fn set(&self, ev: &mut Event, name: Key, value: Value) {
+        if self
+            .meta
+            .iter()
+            .any(|(k, _)| k.len() > name.len() && crate::schema::is_under(k, &name))
+        {
+            for i in 1..self.entry_count() {
+                if self
+                    .entry(i)
+                    .is_some_and(|(k, _)| k.len() > name.len() && crate::schema::is_under(k, &name))
+                {
+                    ev.hidden.insert(i);
+                }
+            }
+        }
+        ev.set(name, value);
     }
 
     /// The value of metadata field `name`, `file` and `source_type` included.
@@ -355,12 +620,21 @@ impl EventBatch {
 
     /// Bytes of field `name` of `ev`, counting the batch's source
     /// metadata (`file`, `host`, `source_type`, ...) as fields unless a
-    /// processor set one of the same name.
+    /// processor set one of the same name or removed it.
     pub fn field_bytes<'a>(&'a self, ev: &'a Event, name: &str) -> Option<&'a [u8]> {
         match ev.get(name) {
             Some(v) => self.bytes_of(v),
-            None => self.source.field(name),
+            None => self.meta_field(ev, name),
         }
+    }
+
+    /// The text of metadata entry `name` (or `source_type`) as `ev` has
+    /// it: none when a processor removed it. The fallback of every lookup
+    /// of a field by name (conditions, templates, keys) after the event's
+    /// own fields.
+    #[inline]
+    pub fn meta_field<'a>(&'a self, ev: &Event, name: &str) -> Option<&'a [u8]> {
+        self.source.visible(ev, name).map(str::as_bytes)
     }
 
     /// Bytes of `value` in this batch's buffer, for text-like values.

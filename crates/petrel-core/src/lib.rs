@@ -15,13 +15,15 @@ pub mod json;
 pub mod memory;
 pub mod metrics;
 pub mod plugin;
+pub mod schema;
 pub mod state;
 pub mod tap;
 pub mod template;
+pub mod yaml;
 
 pub use ack::{AckPart, AckReceiver, BatchAck};
 pub use config::{ConfigError, ConfigErrors, Node};
-pub use event::{Event, EventBatch, Key, Origin, Rerouted, SourceInfo, Span, Value};
+pub use event::{Event, EventBatch, Hidden, Key, Origin, Rerouted, SourceInfo, Span, Value};
 pub use memory::{MemoryBudget, MemoryCharge, PipelineBudget};
 pub use metrics::{
     BufferGauges, ComponentMetrics, DamageReporter, DeliveryMetrics, LazyCounter, Metrics,

@@ -105,6 +105,9 @@ pub struct Metrics {
     pub config_reloads: Family<Labels, Counter>,
     /// API connections closed at accept because too many were open.
     pub api_refused_connections: Counter,
+    /// When the TLS certificate each component presents expires (Unix
+    /// seconds), by `component`.
+    pub tls_certificate_expiry: Family<Labels, Gauge>,
     /// Directory listings that failed (the previous view was kept).
     pub list_errors: Counter,
     /// Open problems reported by `/health`.
@@ -345,6 +348,7 @@ impl Metrics {
             checkpoint_writes: Counter::default(),
             checkpoint_errors: Counter::default(),
             config_reloads: Family::default(),
+            tls_certificate_expiry: Family::default(),
             api_refused_connections: Counter::default(),
             list_errors: Counter::default(),
             health: Arc::new(Health::default()),
@@ -469,6 +473,11 @@ impl Metrics {
             "config_reload",
             "Configuration reloads by result",
             m.config_reloads.clone(),
+        );
+        r.register(
+            "tls_certificate_expiry_seconds",
+            "When the TLS certificate a component presents (a server's, or a client certificate) expires, as Unix seconds (its notAfter); follows the certificate as it is reloaded",
+            m.tls_certificate_expiry.clone(),
         );
         r.register(
             "tap_skipped_events",

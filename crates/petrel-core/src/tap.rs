@@ -149,7 +149,9 @@ impl Taps {
                 .collect();
             let mut out = Vec::new();
             let mut ends = Vec::new();
-            encode_batch(&Encoding::Ndjson, &sample, &mut out, Some(&mut ends));
+            // The events as they are: every field, Petrel's names.
+            let ndjson = Encoding::Ndjson(Default::default());
+            encode_batch(&ndjson, &sample, &mut out, Some(&mut ends));
             let out = Bytes::from(out);
             let mut start = 0usize;
             for end in ends {

@@ -180,7 +180,7 @@ impl Template {
                                 }
                                 None => {}
                             },
-                            None => match batch.source.field(name) {
+                            None => match batch.meta_field(ev, name) {
                                 Some(b) if !b.is_empty() => {
                                     out.push_str(&String::from_utf8_lossy(b));
                                     continue;
@@ -234,6 +234,50 @@ impl Template {
                     {
                         out.extend_from_slice(opts.missing);
                         missing += 1;
+                    }
+                }
+            }
+        }
+        missing
+    }
+
+    /// Renders into `out` with every field's value passed through
+    /// `value` (its text, lossy UTF-8; `None` when missing or empty), the
+    /// literal text as it is: for templates whose values must not change
+    /// the meaning of the literal text (a file path, where a value must
+    /// not add directories). Returns how many fields were missing.
+    pub fn render_values(
+        &self,
+        ev: &Event,
+        batch: &EventBatch,
+        out: &mut String,
+        mut value: impl FnMut(Option<&str>, &mut String),
+    ) -> u32 {
+        out.clear();
+        let mut missing = 0;
+        let mut scratch = Vec::new();
+        let mut stats = EncodeStats::default();
+        for p in &self.parts {
+            match p {
+                Part::Lit(s) => out.push_str(s),
+                Part::Field { name, filters } => {
+                    scratch.clear();
+                    let opts = RenderOptions {
+                        missing: b"",
+                        now_ns: if name == "timestamp" && ev.time_ns.is_none() {
+                            now_ns()
+                        } else {
+                            0
+                        },
+                    };
+                    let found =
+                        render_field(name, filters, ev, batch, opts, &mut scratch, &mut stats)
+                            && !scratch.is_empty();
+                    if found {
+                        value(Some(&String::from_utf8_lossy(&scratch)), out);
+                    } else {
+                        missing += u32::from(!optional(filters));
+                        value(None, out);
                     }
                 }
             }
@@ -358,7 +402,7 @@ fn render_value(
     stats: &mut EncodeStats,
 ) -> bool {
     let value = ev.get_path(name);
-    let meta = || batch.source.field(name).filter(|b| !b.is_empty());
+    let meta = || batch.meta_field(ev, name).filter(|b| !b.is_empty());
     match first {
         Some(Filter::Time(fmt)) => {
             let ns = if name == "timestamp" {

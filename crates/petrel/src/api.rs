@@ -42,6 +42,58 @@ pub const MAX_CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 /// A reload request from the API; answered with a summary or the errors.
 pub type ReloadRequest = tokio::sync::oneshot::Sender<Result<String, String>>;
 
+/// Which endpoints need the bearer token (`--api-auth`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthScope {
+    /// `/reload` and `/tap` (control and log contents).
+    Control,
+    /// Also `/metrics` and `/health`; the probes stay open.
+    Metrics,
+    /// Every endpoint, the probes `/health/live` and `/health/ready` too.
+    All,
+}
+
+impl AuthScope {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthScope::Control => "control",
+            AuthScope::Metrics => "metrics",
+            AuthScope::All => "all",
+        }
+    }
+}
+
+/// How the API is reached: TLS, the token and what it guards.
+#[derive(Clone)]
+pub struct Access {
+    /// Serve TLS with this configuration (its files followed as they
+    /// change; with a client CA, mutual TLS).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The bearer token (`PETREL_API_TOKEN` or `--api-token-file`).
+    pub token: Option<Arc<str>>,
+    /// Which endpoints need it.
+    pub scope: AuthScope,
+}
+
+/// The API's bearer token: the content of `file` (a final newline
+/// removed), else `PETREL_API_TOKEN`; `None` when neither is set.
+pub fn token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Arc<str>>> {
+    if let Some(f) = file {
+        let t = std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("--api-token-file {}: {e}", f.display()))?;
+        let t = t.trim_end_matches(['\n', '\r']);
+        if t.is_empty() {
+            anyhow::bail!("--api-token-file {} is empty", f.display());
+        }
+        return Ok(Some(Arc::from(t)));
+    }
+    Ok(std::env::var("PETREL_API_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .map(Arc::from))
+}
+
 #[derive(Clone)]
 struct ApiState {
     metrics: Arc<Metrics>,
@@ -55,6 +107,8 @@ struct ApiState {
     token: Option<Arc<str>>,
     /// The managed state (fleet management over OpAMP), when on.
     managed: Option<Arc<parking_lot::Mutex<crate::fleet::View>>>,
+    /// Which endpoints need the token.
+    scope: AuthScope,
 }
 
 /// Lines a tap client may leave unread before events are skipped.
@@ -67,6 +121,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     budget: Arc<MemoryBudget>,
     reload: crossbeam_channel::Sender<ReloadRequest>,
+    access: Access,
     managed: Option<Arc<parking_lot::Mutex<crate::fleet::View>>>,
 ) {
     let listener = match listener
@@ -80,10 +135,6 @@ pub async fn serve(
         }
     };
     let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
-    let token = std::env::var("PETREL_API_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .map(Arc::from);
     serve_with(
         listener,
         ApiState {
@@ -91,16 +142,22 @@ pub async fn serve(
             budget,
             reload,
             loopback,
-            token,
+            token: access.token,
+            scope: access.scope,
             managed,
         },
+        access.tls,
     )
     .await;
 }
 
 /// Serves the API with `state`, whose `loopback` and `token` the caller
 /// decided (the unit tests serve a non-loopback API on 127.0.0.1).
-async fn serve_with(listener: tokio::net::TcpListener, state: ApiState) {
+async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let metrics = state.metrics.clone();
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
@@ -127,12 +184,29 @@ async fn serve_with(listener: tokio::net::TcpListener, state: ApiState) {
             continue;
         };
         let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let acceptor = tls.clone().map(tokio_rustls::TlsAcceptor::from);
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            let _ = tokio::time::timeout(MAX_CONNECTION_LIFETIME, conn).await;
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            match acceptor {
+                None => {
+                    let conn = b.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                    let _ = tokio::time::timeout(MAX_CONNECTION_LIFETIME, conn).await;
+                }
+                Some(a) => {
+                    // The handshake counts against the header timeout: a
+                    // client that connects and says nothing is let go.
+                    match tokio::time::timeout(HEADER_TIMEOUT, a.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let conn = b.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                            let _ = tokio::time::timeout(MAX_CONNECTION_LIFETIME, conn).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(error = %e, "API: TLS handshake failed"),
+                        Err(_) => tracing::debug!("API: TLS handshake timed out"),
+                    }
+                }
+            }
             drop(permit);
         });
     }
@@ -140,7 +214,13 @@ async fn serve_with(listener: tokio::net::TcpListener, state: ApiState) {
 
 async fn metrics_handler(
     axum::extract::State(s): axum::extract::State<ApiState>,
-) -> impl IntoResponse {
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if s.scope != AuthScope::Control {
+        if let Some(refused) = bearer_check(&s, &headers, "GET /metrics") {
+            return refused;
+        }
+    }
     s.metrics.memory_used.set(s.budget.used() as i64);
     (
         [(
@@ -149,13 +229,22 @@ async fn metrics_handler(
         )],
         s.metrics.render(),
     )
+        .into_response()
 }
 
 /// `GET /health`: every open problem (see [`petrel_core::health`]), and
 /// the managed state under `managed` when the agent is managed over OpAMP
 /// (server, connected, transport, the last remote configuration's hash
 /// and status, each remote pipeline's status).
-async fn health(axum::extract::State(s): axum::extract::State<ApiState>) -> impl IntoResponse {
+async fn health(
+    axum::extract::State(s): axum::extract::State<ApiState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if s.scope != AuthScope::Control {
+        if let Some(refused) = bearer_check(&s, &headers, "GET /health") {
+            return refused;
+        }
+    }
     let problems = s.metrics.health.report();
     let (code, mut body) = if problems.is_empty() {
         let degraded = s.metrics.health.degradations();
@@ -197,15 +286,61 @@ fn problems_json(list: &[petrel_core::health::Unhealthy]) -> Vec<serde_json::Val
 }
 
 /// `GET /health/live`: dead or stuck threads only.
-async fn health_live(axum::extract::State(s): axum::extract::State<ApiState>) -> impl IntoResponse {
-    health_answer(s.metrics.health.liveness())
+async fn health_live(
+    axum::extract::State(s): axum::extract::State<ApiState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if s.scope == AuthScope::All {
+        if let Some(refused) = bearer_check(&s, &headers, "GET /health/live") {
+            return refused;
+        }
+    }
+    health_answer(s.metrics.health.liveness()).into_response()
 }
 
 /// `GET /health/ready`: the problems of `/health`, and the phase.
 async fn health_ready(
     axum::extract::State(s): axum::extract::State<ApiState>,
-) -> impl IntoResponse {
-    health_answer(s.metrics.health.readiness())
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if s.scope == AuthScope::All {
+        if let Some(refused) = bearer_check(&s, &headers, "GET /health/ready") {
+            return refused;
+        }
+    }
+    health_answer(s.metrics.health.readiness()).into_response()
+}
+
+/// The refusal of a request to `what` without the token, or `None`
+/// (the token is required to be set when the scope asks for it).
+fn bearer_check(
+    s: &ApiState,
+    headers: &axum::http::HeaderMap,
+    what: &str,
+) -> Option<axum::response::Response> {
+    use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+    let t = s.token.as_ref()?;
+    let ok = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .is_some_and(|(scheme, v)| {
+            // The scheme is case-insensitive (RFC 9110).
+            scheme.eq_ignore_ascii_case("bearer") && same_secret(v.trim().as_bytes(), t.as_bytes())
+        });
+    if ok {
+        return None;
+    }
+    let mut r = (
+        StatusCode::UNAUTHORIZED,
+        format!("{what} needs `Authorization: Bearer $PETREL_API_TOKEN`\n"),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    Some(r)
 }
 
 /// 200 with `{"status":"ok"}`, or 503 with the problems.
@@ -296,7 +431,7 @@ fn authorize(
     uri: &axum::http::Uri,
     what: &str,
 ) -> Option<axum::response::Response> {
-    use axum::http::header::{AUTHORIZATION, HOST, ORIGIN, WWW_AUTHENTICATE};
+    use axum::http::header::{HOST, ORIGIN};
     let refuse = |code: StatusCode, msg: String| Some((code, format!("{msg}\n")).into_response());
     if s.loopback {
         // A missing Host is allowed: HTTP/1.0 clients may leave it out,
@@ -333,30 +468,7 @@ fn authorize(
             format!("{what} is served on a loopback API address only; set PETREL_API_TOKEN for the agent (and the client) to allow it here"),
         ),
         None => None,
-        Some(t) => {
-            let ok = headers
-                .get(AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().split_once(' '))
-                .is_some_and(|(scheme, v)| {
-                    // The scheme is case-insensitive (RFC 9110).
-                    scheme.eq_ignore_ascii_case("bearer")
-                        && same_secret(v.trim().as_bytes(), t.as_bytes())
-                });
-            if ok {
-                return None;
-            }
-            let mut r = (
-                StatusCode::UNAUTHORIZED,
-                format!("{what} needs `Authorization: Bearer $PETREL_API_TOKEN`\n"),
-            )
-                .into_response();
-            r.headers_mut().insert(
-                WWW_AUTHENTICATE,
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
-            Some(r)
-        }
+        Some(_) => bearer_check(s, headers, what),
     }
 }
 
@@ -547,10 +659,11 @@ mod tests {
             loopback: false,
             token: token.map(Arc::from),
             managed: None,
+            scope: super::AuthScope::Control,
         };
         rt.spawn(async move {
             let l = tokio::net::TcpListener::from_std(listener).expect("listener");
-            super::serve_with(l, state).await;
+            super::serve_with(l, state, None).await;
         });
         (port, rt, reached)
     }

@@ -17,8 +17,12 @@ pub struct PipelineConfig {
     pub name: String,
     /// The file it came from.
     pub file: PathBuf,
-    /// The file's text with environment variables expanded: on reload, a
-    /// pipeline whose text did not change keeps running untouched.
+    /// The file's text as written, `${VAR}` not expanded, followed by the
+    /// text of the files its processors read (`remap`'s `file`): on
+    /// reload, a pipeline whose text did not change keeps running
+    /// untouched. Comparing the text as written is enough, since the
+    /// agent's environment does not change while it runs; and it keeps
+    /// the values of variables (secrets among them) out of this copy.
     pub text: Arc<str>,
     /// Sources with their ids.
     pub sources: Vec<(String, Arc<dyn SourceConfig>)>,
@@ -332,7 +336,21 @@ pub fn load_file_as(path: &Path, shown: Arc<str>) -> Result<PipelineConfig, Vec<
             message: format!("cannot read: {e}"),
         }]
     })?;
-    let raw = parse_yaml(&shown, &text).map_err(|e| vec![e])?;
+    let mut raw = parse_yaml(&shown, &text).map_err(|e| vec![e])?;
+    // Top-level `x-` keys hold anchors for the rest of the file (the
+    // Compose convention): resolved already, and otherwise ignored, so a
+    // variable only they use need not be set.
+    if let petrel_core::config::YamlNode::Mapping(m) = &mut raw {
+        m.retain(|k, _| !k.as_str().starts_with("x-"));
+    }
+    // Once, here, for every value of the file: `validate`, `run` and
+    // reloads read the same expanded values, and no plugin expands again.
+    let env_errors = petrel_core::yaml::expand_env_tree(&shown, &text, &mut raw, &|name| {
+        std::env::var(name).ok()
+    });
+    // An unset variable does not stop the reading: every other problem of
+    // the file is reported in the same run. What a plugin says about a
+    // value left unexpanded is dropped below (the variable is the cause).
     let errs = ConfigErrors::new();
     // Relative paths inside the file resolve against its directory, which
     // must therefore be absolute.
@@ -441,8 +459,19 @@ pub fn load_file_as(path: &Path, shown: Arc<str>) -> Result<PipelineConfig, Vec<
         root.error("the file is empty; it needs `sources` and `sinks`");
     }
     // Report with the path as the user gave it.
-    let list: Vec<ConfigError> = errs
+    p.warnings
+        .extend(errs.take_warnings().into_iter().map(|mut w| {
+            w.file = shown.clone();
+            w
+        }));
+    let mut list: Vec<ConfigError> = errs
         .into_vec()
+        .into_iter()
+        .filter(|e| !env_errors.iter().any(|v| v.line == e.line))
+        .collect();
+    list.extend(env_errors);
+    list.sort_by_key(|e| (e.line, e.col));
+    let list: Vec<ConfigError> = list
         .into_iter()
         .map(|mut e| {
             e.file = shown.clone();

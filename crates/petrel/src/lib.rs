@@ -19,6 +19,7 @@ pub mod processors;
 pub mod registry;
 pub mod sinks;
 pub mod sources;
+pub mod tls;
 pub mod topology;
 
 // The library's own unit tests measure allocations too (the binary sets

@@ -7,6 +7,7 @@
 //! listen on 127.0.0.1 only).
 
 mod common;
+mod pki;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -286,4 +287,166 @@ fn with_a_token_reload_and_tap_need_it_and_errors_go_only_to_its_holders() {
         let (st, body) = raw(port, &format!("GET {path} HTTP/1.0\r\n{host}"), || {});
         assert_eq!(st, 200, "{path}: {body}");
     }
+}
+
+/// `curl` against the TLS API: (HTTP status, body), or the status 0 and
+/// curl's complaint when no HTTP answer came (a refused handshake).
+fn curl(
+    port: u16,
+    path: &str,
+    ca: &Path,
+    client: Option<&pki::Cert>,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--max-time",
+        "20",
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        "--cacert",
+    ])
+    .arg(ca);
+    if let Some(cl) = client {
+        c.arg("--cert").arg(&cl.cert).arg("--key").arg(&cl.key);
+    }
+    if let Some(t) = token {
+        c.arg("-H").arg(format!("Authorization: Bearer {t}"));
+    }
+    let out = c
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("curl is needed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code: u16 = code.trim().parse().unwrap_or(0);
+    if code == 0 {
+        return (0, String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    (code, body.to_string())
+}
+
+#[test]
+fn over_tls_with_client_certificates_metrics_need_the_token_and_probes_stay_open() {
+    let dir = tempdir();
+    let ca = pki::Ca::new(&dir.path().join("pki"), "api-ca");
+    let server = ca.issue("api", "127.0.0.1", 0x11, true);
+    let client = ca.issue("operator", "operator", 0x12, false);
+    let stranger =
+        pki::Ca::new(&dir.path().join("pki/other"), "other-ca").issue("x", "x", 0x13, false);
+    let (log, out) = (dir.path().join("app.log"), dir.path().join("out.log"));
+    append(&log, b"first\n");
+    let cfg = config(dir.path(), &log, &out);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "t0ken-from-a-file\n").expect("token file");
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec![
+                "--api-tls-cert".into(),
+                server.cert.display().to_string(),
+                "--api-tls-key".into(),
+                server.key.display().to_string(),
+                "--api-tls-client-ca".into(),
+                ca.pem().display().to_string(),
+                "--api-auth".into(),
+                "metrics".into(),
+                "--api-token-file".into(),
+                token_file.display().to_string(),
+            ],
+            ..Default::default()
+        },
+    );
+    wait_lines(&out, 1);
+    assert!(
+        agent.stderr().contains("API listening on https://"),
+        "{}",
+        agent.stderr()
+    );
+    let port = agent.port;
+    let token = Some("t0ken-from-a-file");
+    // With a client certificate and the token: the metrics, with the API's
+    // own certificate's expiry.
+    let (st, body) = curl(port, "/metrics", &ca.pem(), Some(&client), token);
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        body.contains("petrel_tls_certificate_expiry_seconds{component=\"api\"}"),
+        "{body}"
+    );
+    // Without the token: 401 for /metrics and /health.
+    for path in ["/metrics", "/health"] {
+        let (st, body) = curl(port, path, &ca.pem(), Some(&client), None);
+        assert_eq!(st, 401, "{path}: {body}");
+        let (st, body) = curl(port, path, &ca.pem(), Some(&client), Some("wrong"));
+        assert_eq!(st, 401, "{path}: {body}");
+    }
+    // The probes stay open for the kubelet.
+    for path in ["/health/live", "/health/ready"] {
+        let (st, body) = curl(port, path, &ca.pem(), Some(&client), None);
+        assert_eq!(st, 200, "{path}: {body}");
+    }
+    // No client certificate, or one of another authority: no answer.
+    let (st, why) = curl(port, "/health/live", &ca.pem(), None, token);
+    assert_eq!(st, 0, "refused without a client certificate: {why}");
+    let (st, why) = curl(port, "/health/live", &ca.pem(), Some(&stranger), token);
+    assert_eq!(st, 0, "refused with a stranger's certificate: {why}");
+    // Plain HTTP on the TLS port gets no HTTP answer.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let _ = s.write_all(b"GET /health/live HTTP/1.0\r\n\r\n");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(
+        !String::from_utf8_lossy(&raw).starts_with("HTTP/1."),
+        "plain HTTP answered"
+    );
+    // `petrel tap` speaks TLS with the client certificate and the token.
+    let mut tap = Command::new(bin())
+        .args([
+            "tap",
+            "web",
+            "--limit",
+            "1",
+            "--format",
+            "text",
+            "--api-addr",
+        ])
+        .arg(format!("https://127.0.0.1:{port}"))
+        .arg("--api-ca-file")
+        .arg(ca.pem())
+        .arg("--api-cert-file")
+        .arg(&client.cert)
+        .arg("--api-key-file")
+        .arg(&client.key)
+        .env("PETREL_API_TOKEN", "t0ken-from-a-file")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("petrel tap");
+    // The tap is open once it answered; lines written until one shows.
+    wait_for(LONG, "a tapped event over TLS", || {
+        append(&log, b"tapped over tls\n");
+        match tap.try_wait() {
+            Ok(Some(_)) => Ok(()),
+            _ => Err("tap still waiting".to_string()),
+        }
+    });
+    let mut text = String::new();
+    tap.stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut text)
+        .expect("read");
+    let mut err = String::new();
+    tap.stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert_eq!(text.trim(), "tapped over tls", "tap output; stderr: {err}");
 }

@@ -42,8 +42,8 @@ const CASES: &[(&str, &str, &[&str])] = &[
     ),
     (
         "body_vs_spool.yaml",
-        "sources:\n  - type: http\n    address: 127.0.0.1:8080\n    buffer: { type: disk, max_bytes: 4MiB }\nsinks:\n  - type: blackhole\n",
-        &["body_vs_spool.yaml:4:38: `buffer.max_bytes` (4194304) must be at least twice `max_body_bytes` (10485760): every request is one spool record; raise `buffer.max_bytes` or lower `max_body_bytes`"],
+        "sources:\n  - type: http\n    address: 127.0.0.1:8080\n    buffer: { type: disk, max_size: 4MiB }\nsinks:\n  - type: blackhole\n",
+        &["body_vs_spool.yaml:4:37: `buffer.max_size` (4194304) must be at least twice `max_body_bytes` (10485760): every request is one spool record; raise `buffer.max_size` or lower `max_body_bytes`"],
     ),
     (
         "otlp.yaml",
@@ -72,7 +72,7 @@ const CASES: &[(&str, &str, &[&str])] = &[
     (
         "duplicate_key.yaml",
         "sources:\n  - type: file\n    include: [\"/var/log/*.log\"]\nsinks:\n  - type: stdout\nsources: []\n",
-        &["duplicate_key.yaml:6:1: duplicate key `sources`; remove one of the two"],
+        &["duplicate_key.yaml:6:1: duplicate key `sources` (also on line 1); remove one of the two"],
     ),
     (
         // Every problem of a source is reported, not only the first one.
@@ -108,15 +108,73 @@ const CASES: &[(&str, &str, &[&str])] = &[
         // VRL's own diagnostics, at their place in the program.
         "remap.yaml",
         "sources:\n  - type: file\n    include: [\"/var/log/x.log\"]\nprocessors:\n  - type: remap\n    source: .a = foo(1)\n  - type: remap\n    source: .a = (\nsinks:\n  - type: blackhole\n",
+        // As VRL prints them: several lines, the caret under the column.
         &[
-            "remap.yaml:6:18: remap: VRL error[E105]: call to undefined function: undefined function: did you mean \"bool\"?",
-            "remap.yaml:8:19: remap: VRL error[E204]: syntax error: unexpected end of program: expected one of: \"identifier\", \"string literal\", \"raw string literal\", \"integer literal\", \"float literal\", \"regex literal\", \"timestamp literal\", \"function call\", \"path literal\", \"null\", \"true\", \"false\", \"_\", \"!\", \"[\", \"{\", \"(\"",
+            "remap.yaml:6:18: remap: error[E105]: call to undefined function",
+            "  ┌─ :1:6",
+            "  │",
+            "1 │ .a = foo(1)",
+            "  │      ^^^",
+            "  │      │",
+            "  │      undefined function",
+            "  │      did you mean \"bool\"?",
+            "  │",
+            "  = learn more about error code 105 at https://errors.vrl.dev/105",
+            "  = see language documentation at https://vrl.dev",
+            "  = try your code in the VRL REPL, learn more at https://vrl.dev/examples",
+            "remap.yaml:8:19: remap: error[E204]: syntax error",
+            "  ┌─ :1:7",
+            "  │",
+            "1 │ .a = (",
+            "  │       ^",
+            "  │",
+            "  │       unexpected end of program",
+            "  │       expected one of: \"identifier\", \"string literal\", \"raw string literal\", \"integer literal\", \"float literal\", \"regex literal\", \"timestamp literal\", \"function call\", \"path literal\", \"null\", \"true\", \"false\", \"_\", \"!\", \"[\", \"{\", \"(\"",
+            "  │",
+            "  = see language documentation at https://vrl.dev",
+            "  = try your code in the VRL REPL, learn more at https://vrl.dev/examples",
         ],
     ),
     (
         "empty_include.yaml",
         "sources:\n  - type: file\n    include: [\"\"]\nsinks:\n  - type: stdout\n",
         &["empty_include.yaml:3:15: an include glob must not be empty; write a path such as `/var/log/app/*.log`"],
+    ),
+    (
+        // `${VAR}` in any value: an unset one is refused at its `${`,
+        // naming it, in a list item, a URL and a program alike.
+        "unset_env.yaml",
+        "sources:\n  - type: file\n    include: [\"/var/log/${PETREL_TEST_UNSET_A}/*.log\"]\nprocessors:\n  - type: remap\n    source: |\n      .a = \"${PETREL_TEST_UNSET_B}\"\nsinks:\n  - type: elasticsearch\n    endpoints: [\"http://${PETREL_TEST_UNSET_C}:9200\", \"http://${OK:-es}:9200\"]\n",
+        &[
+            "unset_env.yaml:3:25: environment variable `PETREL_TEST_UNSET_A` is not set (or not UTF-8); set it, or give a default with `${PETREL_TEST_UNSET_A:-default}`",
+            "unset_env.yaml:7:13: environment variable `PETREL_TEST_UNSET_B` is not set (or not UTF-8); set it, or give a default with `${PETREL_TEST_UNSET_B:-default}`",
+            "unset_env.yaml:10:25: environment variable `PETREL_TEST_UNSET_C` is not set (or not UTF-8); set it, or give a default with `${PETREL_TEST_UNSET_C:-default}`",
+        ],
+    ),
+    (
+        "bad_env_name.yaml",
+        "sources:\n  - type: file\n    include: [\"x/*.log\"]\nsinks:\n  - type: file\n    path: \"out/${1ST}.log\"\n",
+        &["bad_env_name.yaml:6:16: invalid environment variable name `1ST`: use letters, digits and `_`, e.g. `${HOSTNAME}` or `${REGION:-eu-west-1}`; write `$${` for a literal `${`"],
+    ),
+    (
+        // A problem in an anchored mapping is reported where it was
+        // written, for each entry that merges it.
+        "anchors.yaml",
+        "x-out: &out\n  type: file\n  encoding: ndjsn\nsources:\n  - type: file\n    include: [\"x/*.log\"]\nsinks:\n  - <<: *out\n    path: out/a.log\n  - <<: *out\n    path: out/b.log\n",
+        &[
+            "anchors.yaml:3:13: `sinks[0].encoding` must be one of `text`, `ndjson`, found `ndjsn`; did you mean `ndjson`?",
+            "anchors.yaml:3:13: `sinks[1].encoding` must be one of `text`, `ndjson`, found `ndjsn`; did you mean `ndjson`?",
+        ],
+    ),
+    (
+        "merge_scalar.yaml",
+        "x-n: &n 5\nsources:\n  - type: file\n    include: [\"x/*.log\"]\n    <<: *n\nsinks:\n  - type: stdout\n",
+        &["merge_scalar.yaml:5:9: `<<` merges a mapping or a list of mappings, e.g. `<<: *defaults` where `defaults` is an anchor on a mapping"],
+    ),
+    (
+        "yaml_tag.yaml",
+        "sources:\n  - type: file\n    include: !!seq [\"x/*.log\"]\nsinks:\n  - type: stdout\n",
+        &["yaml_tag.yaml:3:20: YAML tags are not supported (`!!seq`); remove the tag"],
     ),
     (
         "empty_sink_path.yaml",
@@ -271,4 +329,199 @@ fn a_sink_whose_id_is_a_setting_takes_its_component_id_from_component_id() {
     let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "clash.yaml"]);
     assert_eq!(code, Some(2), "{stdout}");
     assert!(stdout.contains("duplicate sink id `es`"), "{stdout}");
+}
+
+/// Runs `petrel ARGS` in `cwd` with `env` added; (exit code, stdout,
+/// stderr).
+fn run_with_env(
+    cwd: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(bin())
+        .current_dir(cwd)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("PETREL_LOG")
+        .output()
+        .expect("run petrel");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `${VAR}` in every kind of value: a URL (refused before as an invalid
+/// URL), a list, a number-like string, a duration, a program, a path; all
+/// `validate` without a word, and `run` writes what the variables hold.
+/// Anchors and merge keys carry values from `x-` blocks, which are
+/// otherwise ignored (one of them uses a variable that is not set).
+#[test]
+fn env_in_every_key_type_with_anchors_validate_and_run() {
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let out = dir.path().join("out.ndjson");
+    let yaml = "\
+x-unused: { a: \"${PETREL_T_NEVER_SET}\" }
+x-fields: &fields
+  env: \"${PETREL_T_ENV}\"
+  price: \"$$5 and $${NOT_A_VAR}\"
+x-sink: &sink
+  type: file
+  encoding: ndjson
+sources:
+  - type: file
+    include: [\"${PETREL_T_LOGS}/*.log\"]
+    read_from: beginning
+    max_line_bytes: \"${PETREL_T_MAXLINE}\"
+processors:
+  - type: fields
+    add:
+      <<: *fields
+      region: \"${PETREL_T_REGION:-eu-west-1}\"
+  - type: remap
+    source: |
+      .tag = \"${PETREL_T_TAG}\"
+sinks:
+  - <<: *sink
+    path: \"${PETREL_T_OUT}\"
+  - type: elasticsearch
+    endpoints: [\"http://${PETREL_T_ES_HOST}:9200\"]
+    batch: { timeout_ms: \"${PETREL_T_LINGER}\" }
+    when: { vrl: '.tag == \"${PETREL_T_TAG}-never\"' }
+  - type: loki
+    endpoint: \"${PETREL_T_LOKI}\"
+    labels: { app: x }
+    when: { vrl: 'false' }
+  - type: http
+    url: \"http://127.0.0.1:${PETREL_T_PORT}/ingest\"
+    when: { vrl: 'false' }
+";
+    std::fs::write(dir.path().join("env.yaml"), yaml).unwrap();
+    let env = vec![
+        ("PETREL_T_ENV", "production".to_string()),
+        ("PETREL_T_LOGS", logs.to_string_lossy().into_owned()),
+        ("PETREL_T_MAXLINE", "4096".to_string()),
+        ("PETREL_T_TAG", "t1".to_string()),
+        ("PETREL_T_OUT", out.to_string_lossy().into_owned()),
+        ("PETREL_T_ES_HOST", "127.0.0.1".to_string()),
+        ("PETREL_T_LINGER", "100".to_string()),
+        ("PETREL_T_LOKI", "http://127.0.0.1:3100".to_string()),
+        ("PETREL_T_PORT", "9".to_string()),
+    ];
+    let (code, stdout, stderr) =
+        run_with_env(dir.path(), &["validate", "--config", "env.yaml"], &env);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    // The same file without one of them: refused by validate and run alike.
+    let missing: Vec<(&str, String)> = env
+        .iter()
+        .filter(|(k, _)| *k != "PETREL_T_LOKI")
+        .cloned()
+        .collect();
+    let (code, stdout, _) =
+        run_with_env(dir.path(), &["validate", "--config", "env.yaml"], &missing);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(
+        lines(&stdout),
+        vec!["env.yaml:29:16: environment variable `PETREL_T_LOKI` is not set (or not UTF-8); set it, or give a default with `${PETREL_T_LOKI:-default}`"]
+    );
+    let data = dir.path().join("data");
+    let (code, _, stderr) = run_with_env(
+        dir.path(),
+        &[
+            "run",
+            "--config",
+            "env.yaml",
+            "--data-dir",
+            &data.to_string_lossy(),
+            "--api-addr",
+            "127.0.0.1:0",
+        ],
+        &missing,
+    );
+    assert_eq!(code, Some(2));
+    assert_eq!(lines(&stderr), lines(&stdout));
+
+    std::fs::write(logs.join("a.log"), "hello\n").unwrap();
+    let mut agent = Agent::start_with(
+        &dir.path().join("env.yaml"),
+        &data,
+        AgentOptions {
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            ..Default::default()
+        },
+    );
+    wait_lines(&out, 1);
+    agent.stop();
+    let v = &json_lines(&out)[0];
+    assert_eq!(v["message"], "hello", "{v}");
+    assert_eq!(v["env"], "production", "{v}");
+    assert_eq!(v["price"], "$5 and ${NOT_A_VAR}", "{v}");
+    assert_eq!(v["region"], "eu-west-1", "{v}");
+    assert_eq!(v["tag"], "t1", "{v}");
+}
+
+/// A source's buffer size is `max_size`, as a sink's; the old name
+/// `max_bytes` still loads, with a warning that says what to write.
+#[test]
+fn the_old_name_of_a_buffer_size_loads_with_a_warning() {
+    let dir = tempdir();
+    let yaml = "sources:\n  - type: http\n    address: 127.0.0.1:0\n    buffer: { type: disk, max_bytes: 64MiB }\nsinks:\n  - type: blackhole\n";
+    std::fs::write(dir.path().join("old.yaml"), yaml).unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "old.yaml"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_eq!(
+        lines(&stdout),
+        vec![
+            "old.yaml:4:38: warning: `buffer.max_bytes` is deprecated: write `max_size` (the name a sink's disk buffer uses)",
+            "old.yaml: 1 pipeline(s) valid",
+        ]
+    );
+    let both = "sources:\n  - type: http\n    address: 127.0.0.1:0\n    buffer: { type: disk, max_size: 64MiB, max_bytes: 64MiB }\nsinks:\n  - type: blackhole\n";
+    std::fs::write(dir.path().join("both.yaml"), both).unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "both.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(
+        stdout.contains("`max_bytes` is the old name of `max_size`"),
+        "{stdout}"
+    );
+}
+
+/// `validate --offline` checks a configuration away from its host: the
+/// TLS files and the program file it names need not exist there, while
+/// every other problem is still reported.
+#[test]
+fn validate_offline_skips_what_needs_the_host() {
+    let dir = tempdir();
+    let yaml = "sources:\n  - type: tcp\n    address: 127.0.0.1:0\n    tls: { cert_file: /etc/petrel/tls/missing.crt, key_file: /etc/petrel/tls/missing.key }\nprocessors:\n  - type: remap\n    file: /etc/petrel/programs/missing.vrl\nsinks:\n  - type: blackhole\n";
+    std::fs::write(dir.path().join("host.yaml"), yaml).unwrap();
+    let (code, stdout, _) = run_to_end(dir.path(), &["validate", "--config", "host.yaml"]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stdout.contains("missing.crt"), "{stdout}");
+    assert!(stdout.contains("missing.vrl"), "{stdout}");
+    let (code, stdout, _) = run_to_end(
+        dir.path(),
+        &["validate", "--offline", "--config", "host.yaml"],
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains(
+            "warning: the VRL program `/etc/petrel/programs/missing.vrl` was not checked"
+        ),
+        "{stdout}"
+    );
+    // A mistake in the configuration itself is still one.
+    let bad = yaml.replace("type: blackhole", "type: blackhol");
+    std::fs::write(dir.path().join("bad.yaml"), bad).unwrap();
+    let (code, stdout, _) = run_to_end(
+        dir.path(),
+        &["validate", "--offline", "--config", "bad.yaml"],
+    );
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stdout.contains("unknown sink type `blackhol`"), "{stdout}");
 }

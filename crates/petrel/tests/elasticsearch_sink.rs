@@ -572,3 +572,60 @@ fn a_spool_backed_source_leaves_no_duplicate_after_kill_9() {
     );
     assert!(spool.join("spool.id").exists(), "the spool has an identity");
 }
+
+/// The documents as the `ecs` layout names them (Filebeat's
+/// `log.file.path`, `host.name`, `@timestamp`), without what a processor
+/// removed, with what it renamed under its new name, and without what
+/// `except_fields` names: OpenSearch stores exactly that.
+#[test]
+fn documents_in_the_ecs_layout_without_removed_fields() {
+    let os = OpenSearch::start(&[]);
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    append(&log, &numbered(0, 20));
+    let sink = format!(
+        "    endpoints: [\"{}\"]\n    index: ecs-test\n    metadata: {{ layout: ecs }}\n    except_fields: [tmp]\n",
+        os.url()
+    );
+    let cfg = es_config(&log, &sink).replace(
+        "sinks:\n",
+        "processors:\n  - type: fields\n    rename: { message: text }\n    add: { tmp: x, env: prod }\n  - type: fields\n    remove: [host]\nsinks:\n",
+    );
+    let cfg = write_config(dir.path(), "ecs", &cfg);
+    let data = dir.path().join("data");
+    let _agent = Agent::start(&cfg, &data);
+    let size = std::fs::metadata(&log).unwrap().len();
+    wait_for(
+        Duration::from_secs(120),
+        "every line committed",
+        || match checkpoint_offset(&data, &log) {
+            Some(o) if o == size => Ok(()),
+            other => Err(format!("checkpoint {other:?} of {size}")),
+        },
+    );
+    os.ok("POST", "/ecs-test/_refresh", "");
+    let (s, hit) = request(
+        os.port,
+        "POST",
+        "/ecs-test/_search",
+        Some(r#"{"query":{"term":{"text.keyword":"line-0000007 petrel"}}}"#),
+    );
+    assert_eq!(s, 200, "{hit}");
+    let v: serde_json::Value = serde_json::from_str(&hit).unwrap_or_default();
+    let src = v["hits"]["hits"][0]["_source"].clone();
+    let mut keys: Vec<String> = src
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    assert_eq!(keys, ["@timestamp", "env", "log", "text"], "{v}");
+    assert_eq!(src["log"]["file"]["path"], log.display().to_string(), "{v}");
+    assert_eq!(src["text"], "line-0000007 petrel", "{v}");
+    // The mapping OpenSearch made: `log.file.path` an object path.
+    let m = os.ok("GET", "/ecs-test/_mapping", "");
+    assert!(
+        m["ecs-test"]["mappings"]["properties"]["log"]["properties"]["file"]["properties"]["path"]
+            .is_object(),
+        "{m}"
+    );
+}

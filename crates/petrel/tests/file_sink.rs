@@ -158,3 +158,62 @@ fn a_fifo_as_sink_path_is_refused_at_once() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("is a FIFO"), "{err}");
 }
+
+/// A templated path (`{{ host }}`, rsyslog's dynaFile): 1,000 distinct
+/// hosts through a sink bounded to 64 open files; every line is in its
+/// host's file, once, in order, and the files have the sink's mode. The
+/// agent never holds more than the bound of output files open.
+#[test]
+fn a_templated_path_puts_every_line_in_its_file_under_the_open_file_bound() {
+    const HOSTS: usize = 1000;
+    const PER_HOST: usize = 5;
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let input = logs.join("remote.log");
+    let mut text = String::new();
+    for round in 0..PER_HOST {
+        for h in 0..HOSTS {
+            text.push_str(&format!("h{h:04} line-{round}\n"));
+        }
+    }
+    append(&input, text.as_bytes());
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "dyn",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}/*.log\"]\n    read_from: beginning\nprocessors:\n  - type: parse_regex\n    pattern: '^(?<host>\\S+) '\nsinks:\n  - type: file\n    path: \"{}/{{{{ host }}}}/app.log\"\n    mode: \"0640\"\n    max_open_files: 64\n",
+            logs.display(),
+            out.display()
+        ),
+    );
+    let data = dir.path().join("data");
+    let agent = Agent::start(&cfg, &data);
+    let len = std::fs::metadata(&input).unwrap().len();
+    wait_for(LONG, "the input committed", || {
+        match checkpoint_offset(&data, &input) {
+            Some(o) if o == len => Ok(()),
+            o => Err(format!("{o:?}")),
+        }
+    });
+    let prefix = out.to_string_lossy().into_owned();
+    let open = std::fs::read_dir(format!("/proc/{}/fd", agent.pid()))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|t| t.to_string_lossy().starts_with(&prefix))
+        .count();
+    assert!(open > 0 && open <= 64, "{open} output files open");
+    use std::os::unix::fs::PermissionsExt;
+    for h in 0..HOSTS {
+        let f = out.join(format!("h{h:04}")).join("app.log");
+        let want: Vec<Vec<u8>> = (0..PER_HOST)
+            .map(|r| format!("h{h:04} line-{r}").into_bytes())
+            .collect();
+        assert_eq!(read_lines(&f), want, "{}", f.display());
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640, "{}", f.display());
+    }
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), HOSTS);
+}

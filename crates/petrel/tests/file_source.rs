@@ -1051,3 +1051,51 @@ fn many_pipelines_each_glob_their_own_directory() {
         );
     }
 }
+
+/// `ignore_older`: a file last changed longer ago than that is not read
+/// (the others are), and what is appended to it later is; it is watched
+/// from its end.
+#[test]
+fn ignore_older_skips_old_content_and_reads_what_is_appended() {
+    let dir = tempdir();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let old = logs.join("old.log");
+    let new = logs.join("new.log");
+    std::fs::write(&old, "old content 1\nold content 2\n").unwrap();
+    let two_days = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
+    File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(two_days)
+        .unwrap();
+    std::fs::write(&new, "new content\n").unwrap();
+    let out = dir.path().join("out.log");
+    let cfg = write_config(
+        dir.path(),
+        "older",
+        &simple_config(
+            &format!("{}/*.log", logs.display()),
+            &out,
+            "    ignore_older: 24h\n",
+        ),
+    );
+    let data = dir.path().join("data");
+    let mut agent = Agent::start(&cfg, &data);
+    // The scan that found the new file found the old one and opened it
+    // at its end: once the new file's line is out, an append to the old
+    // one comes after that.
+    wait_lines(&out, 1);
+    append(&old, b"appended later\n");
+    wait_lines(&out, 2);
+    agent.stop();
+    let got: BTreeSet<String> = read_lines(&out)
+        .iter()
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .collect();
+    assert_eq!(
+        got,
+        BTreeSet::from(["new content".to_string(), "appended later".to_string()])
+    );
+}

@@ -598,3 +598,126 @@ fn a_full_dead_letter_disk_holds_records_and_never_tears_a_line() {
     drop(agent);
     drop(tmpfs);
 }
+
+/// `retry: {max_attempts}`: a store that answers 500 forever gets each
+/// request that many times; then its records are set aside in the dead
+/// letter file with the reason, counted, and the source commits past
+/// them and goes on (nothing dropped silently, nothing held forever).
+#[test]
+fn retry_limits_end_in_the_dead_letter_and_the_source_goes_on() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 300);
+    let seen = Arc::new(Seen::default());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            status: 500,
+            fail_until: Some(Instant::now() + Duration::from_secs(3600)),
+            ..Default::default()
+        },
+        seen.clone(),
+    );
+    let dead = dir.path().join("dead.ndjson");
+    let cfg = write_config(
+        dir.path(),
+        "lim",
+        &http_config(
+            &app,
+            addr,
+            &format!(
+                "    dead_letter: \"{}\"\n    retry: {{ max_attempts: 3, max_duration: 1h }}\n",
+                dead.display()
+            ),
+        ),
+    );
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_for(LONG, "every record in the dead letter", || {
+        let n = count_lines(&dead);
+        (n == lines.len()).then_some(()).ok_or(format!("{n} lines"))
+    });
+    let len = std::fs::metadata(&app).unwrap().len();
+    wait_checkpoint_at(&dir.path().join("data"), &app, len);
+    let mut set_aside = Vec::new();
+    for l in read_lines(&dead) {
+        let v: serde_json::Value = serde_json::from_slice(&l).unwrap();
+        assert_eq!(v["reason"], "retries exhausted", "{v}");
+        let answer = v["answer"].as_str().unwrap_or_default();
+        assert!(answer.contains("3 attempts"), "{v}");
+        assert!(answer.contains("500"), "the last failure is named: {v}");
+        set_aside.push(v["record"]["message"].as_str().unwrap().to_string());
+    }
+    set_aside.sort();
+    assert_eq!(set_aside, lines);
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_discarded_events_total",
+            &[("pipeline", "lim"), ("reason", "retries_exhausted")],
+        ),
+        lines.len() as f64
+    );
+    // Three attempts per request, no more: 300 records in requests of at
+    // most 500 are one request (or a few, cut by the linger).
+    let requests = seen.requests.load(Ordering::SeqCst);
+    assert!(requests % 3 == 0 && requests >= 3, "{requests} requests");
+    // Lines appended later go the same way: the source was not stopped.
+    append(&app, b"http line after\n");
+    wait_for(LONG, "the later line in the dead letter", || {
+        let n = count_lines(&dead);
+        (n == lines.len() + 1)
+            .then_some(())
+            .ok_or(format!("{n} lines"))
+    });
+}
+
+/// `retry` limits need a dead letter file: nothing is dropped silently.
+#[test]
+fn retry_limits_without_a_dead_letter_are_refused() {
+    let dir = tempdir();
+    let (app, _) = lines_file(dir.path(), 1);
+    let cfg = write_config(
+        dir.path(),
+        "nodl",
+        &http_config(
+            &app,
+            "127.0.0.1:9".parse().unwrap(),
+            "    retry: { max_attempts: 3 }\n",
+        ),
+    );
+    let (code, stdout, _) = run_to_end(
+        dir.path(),
+        &["validate", "--config", &cfg.to_string_lossy()],
+    );
+    assert_eq!(code, Some(2), "{stdout}");
+    assert!(stdout.contains("add `dead_letter:"), "{stdout}");
+}
+
+/// Metadata removed or renamed by a processor is absent from the
+/// records, and `except_fields` leaves out what it names.
+#[test]
+fn removed_and_renamed_fields_are_absent_from_the_records() {
+    let dir = tempdir();
+    let (app, lines) = lines_file(dir.path(), 50);
+    let seen = Arc::new(Seen::default());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour::default(),
+        seen.clone(),
+    );
+    let cfg = format!(
+        "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: fields\n    rename: {{ file: path }}\n    remove: [host]\n    add: {{ env: prod, tmp: x }}\nsinks:\n  - type: http\n    url: \"http://{addr}/ingest\"\n    batch: {{ max_events: 500, timeout_ms: 200 }}\n    except_fields: [tmp]\n",
+        app.display()
+    );
+    let cfg = write_config(dir.path(), "rm", &cfg);
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    wait_all(&seen, &lines);
+    let app_path = app.to_string_lossy().into_owned();
+    for b in seen.bodies.lock().unwrap().iter() {
+        for l in b.split(|c| *c == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = serde_json::from_slice(l).unwrap();
+            let mut keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+            keys.sort();
+            assert_eq!(keys, ["env", "message", "path"], "{v}");
+            assert_eq!(v["path"], app_path.as_str(), "{v}");
+        }
+    }
+}

@@ -681,14 +681,71 @@ fn internal_logs_fed_back_by_a_failing_sink_stay_bounded() {
     drop(agent);
 }
 
+/// `max_age`: on a first start (no checkpoint) only the entries of the
+/// last `max_age` are read; the older ones of the same journal are not.
+#[test]
+fn max_age_reads_only_the_recent_entries_on_a_first_start() {
+    tools();
+    let dir = tempdir();
+    let journal = dir.path().join("journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let mut input = Vec::new();
+    // Ten entries of three days ago, then ten of the last minutes.
+    for i in 0..20u64 {
+        let age_us = if i < 10 {
+            3 * 86_400_000_000
+        } else {
+            60_000_000
+        };
+        let entry = format!(
+            "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={}\n_BOOT_ID={BOOT}\n_HOSTNAME=node-1\nSEQ={i}\nMESSAGE=entry {i}\n\n",
+            now_us - age_us + i,
+            1_000_000 + i,
+        );
+        input.extend_from_slice(entry.as_bytes());
+    }
+    let path = journal.join("a.journal");
+    let mut child = Command::new(REMOTE)
+        .arg(format!("--output={}", path.display()))
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start systemd-journal-remote");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(&input).expect("write export input");
+    drop(stdin);
+    assert!(wait_child(&mut child, "systemd-journal-remote").success());
+    let out = dir.path().join("out.ndjson");
+    journald_pipeline(
+        dir.path(),
+        "age",
+        &journal,
+        "    max_age: 1h\n",
+        &out,
+        "ndjson",
+    );
+    let mut agent = Agent::start(&dir.path().join("age.yaml"), &dir.path().join("data"));
+    wait_lines(&out, 10);
+    agent.stop();
+    let (got, n) = seqs(&out);
+    assert_eq!(n, 10, "each recent entry once");
+    assert_eq!(got, (10..20).collect::<HashSet<u64>>());
+}
+
 /// Damages the entry object of entry `i` in `file` (its object type), so
 /// that journalctl leaves the entry out without a word.
 fn damage_entry(file: &Path, i: u64) {
     let mut data = std::fs::read(file).unwrap();
     // An entry object: header (type, flags, reserved, size: 16 bytes),
-    // seqnum, then realtime and monotonic, which the test chose.
-    let mut pat = (BASE_US + i * 1000).to_le_bytes().to_vec();
-    pat.extend_from_slice(&(i * 1000 + 1).to_le_bytes());
+    // seqnum, then realtime and monotonic, which `export_entry` chose.
+    let mut pat = (BASE_US + i * 7).to_le_bytes().to_vec();
+    pat.extend_from_slice(&(5_000_000 + i * 7).to_le_bytes());
     let at = data
         .windows(pat.len())
         .position(|w| w == pat.as_slice())

@@ -588,3 +588,110 @@ fn oversized_messages_are_counted_not_stuck() {
         "the error names the limit"
     );
 }
+
+/// Messages in `ndjson` hold what the sink's output selects: what a
+/// processor removed is absent, a renamed field is there under its new
+/// name, `except_fields` leaves out what it names, and the time is
+/// written as asked.
+#[test]
+fn ndjson_messages_without_removed_or_excluded_fields() {
+    let broker = Broker::start();
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    let mut text = String::new();
+    for i in 0..50 {
+        text.push_str(&format!("{{\"n\":{i},\"t\":1700000000}}\n"));
+    }
+    append(&log, text.as_bytes());
+    create_topic(&broker.bootstrap(), "fields", 1);
+    let cfg = kafka_config(
+        &log.display().to_string(),
+        &broker.bootstrap(),
+        "fields",
+        "    encoding: ndjson\n    except_fields: [message, t]\n    timestamp_format: unix\n",
+    )
+    .replace(
+        "sinks:\n",
+        "processors:\n  - type: parse_json\n  - type: parse_timestamp\n    field: t\n  - type: fields\n    remove: [host]\n    rename: { file: path }\nsinks:\n",
+    );
+    let cfg = write_config(dir.path(), "kf", &cfg);
+    let _agent = Agent::start(&cfg, &dir.path().join("data"));
+    let msgs = consume(
+        &broker.bootstrap(),
+        &["fields"],
+        50,
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    assert_eq!(msgs.len(), 50);
+    let path = log.display().to_string();
+    let mut ns = Vec::new();
+    for m in &msgs {
+        let v: serde_json::Value = serde_json::from_slice(&m.value).expect("JSON");
+        let mut keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["n", "path", "timestamp"], "{v}");
+        assert_eq!(v["path"], path.as_str(), "{v}");
+        assert_eq!(v["timestamp"], 1_700_000_000i64, "{v}");
+        ns.push(v["n"].as_u64().unwrap());
+    }
+    ns.sort_unstable();
+    assert_eq!(ns, (0..50).collect::<Vec<u64>>());
+}
+
+/// `headers:` sets message headers from the event's fields (templates);
+/// a header whose field is missing is left out and counted, the message
+/// is sent.
+#[test]
+fn headers_from_fields() {
+    let broker = Broker::start();
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    append(
+        &log,
+        b"{\"trace\":\"t-1\",\"n\":\"1\"}\n{\"n\":\"2\"}\n{\"trace\":\"t-3\",\"n\":\"3\"}\n",
+    );
+    create_topic(&broker.bootstrap(), "headers", 1);
+    let cfg = kafka_config(
+        &log.display().to_string(),
+        &broker.bootstrap(),
+        "headers",
+        "    key_field: n\n    headers: { trace_id: \"{{ trace }}\", source: \"petrel-{{ n }}\" }\n",
+    )
+    .replace("sinks:\n", "processors:\n  - type: parse_json\nsinks:\n");
+    let cfg = write_config(dir.path(), "hd", &cfg);
+    let agent = Agent::start(&cfg, &dir.path().join("data"));
+    let mut msgs = consume(
+        &broker.bootstrap(),
+        &["headers"],
+        3,
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    msgs.sort_by(|a, b| a.key.cmp(&b.key));
+    type Headers = Vec<(String, Vec<u8>)>;
+    let got: Vec<(Option<Vec<u8>>, Headers)> =
+        msgs.into_iter().map(|m| (m.key, m.headers)).collect();
+    let h = |k: &str, v: &str| (k.to_string(), v.as_bytes().to_vec());
+    assert_eq!(
+        got,
+        vec![
+            (
+                Some(b"1".to_vec()),
+                vec![h("trace_id", "t-1"), h("source", "petrel-1")]
+            ),
+            (Some(b"2".to_vec()), vec![h("source", "petrel-2")]),
+            (
+                Some(b"3".to_vec()),
+                vec![h("trace_id", "t-3"), h("source", "petrel-3")]
+            ),
+        ]
+    );
+    assert_eq!(
+        agent.metric_or_zero(
+            "petrel_component_errors_total",
+            &[("pipeline", "hd"), ("error_type", "template_field_missing")]
+        ),
+        1.0
+    );
+}

@@ -380,3 +380,38 @@ fn refused_entries_go_to_the_dead_letter_file_with_the_reason() {
         N as f64
     );
 }
+
+/// A JSON line without the fields a processor removed or `except_fields`
+/// names, with a renamed one under its new name; structured metadata
+/// named in `except_fields` is not sent either. VictoriaLogs unpacks the
+/// line into fields, so what it stores is what the line held.
+#[test]
+fn removed_and_excluded_fields_are_absent_from_lines_and_metadata() {
+    let vl = VictoriaLogs::start();
+    let dir = tempdir();
+    let log = dir.path().join("rm.log");
+    write_app_log(&log, 30);
+    let cfg = write_config(
+        dir.path(),
+        "rm",
+        &loki_pipeline(
+            &log,
+            "processors:\n  - type: parse_json\n  - type: fields\n    remove: [host, msg]\n    rename: { file: path }\n",
+            &format!(
+                "    endpoint: \"{}\"\n    path: /insert/loki/api/v1/push\n    encoding: json\n    labels: {{ t: rm }}\n    structured_metadata: {{ seq: \"{{{{ seq }}}}\", lvl: \"{{{{ level }}}}\" }}\n    except_fields: [app, lvl, message]\n    batch: {{ max_events: 1000, timeout_ms: 100 }}\n",
+                vl.url()
+            ),
+        ),
+    );
+    let data = dir.path().join("data");
+    let _agent = Agent::start(&cfg, &data);
+    wait_committed(&data, &log);
+    let one = vl.query("t:=rm seq:=7");
+    assert_eq!(one.len(), 1, "{one:?}");
+    let r = &one[0];
+    assert_eq!(r["path"], log.display().to_string(), "{r:?}");
+    assert_eq!(r["level"], "info", "{r:?}");
+    for gone in ["host", "file", "msg", "app", "lvl"] {
+        assert!(r.get(gone).is_none(), "`{gone}` in {r:?}");
+    }
+}

@@ -109,8 +109,10 @@ fn petrel_to_collector_over_grpc_to_petrel_over_http_keeps_attributes_and_resour
         assert_eq!(r["service.name"], "checkout", "{ev}");
         assert_eq!(r["deployment.environment"], "test", "{ev}");
         assert_eq!(r["host.name"], host.as_str(), "{ev}");
-        assert_eq!(r["log.file.path"], log.to_str().unwrap(), "{ev}");
         let a = &ev["attributes"];
+        // As the Collector's `filelog` puts it: on the record.
+        assert_eq!(a["log.file.path"], log.to_str().unwrap(), "{ev}");
+        assert!(r.get("log.file.path").is_none(), "{ev}");
         assert_eq!(a["n"], i, "{ev}");
         assert_eq!(a["ok"], true, "{ev}");
         assert_eq!(a["ratio"], 0.5, "{ev}");
@@ -1041,4 +1043,61 @@ fn a_connection_flood_leaves_the_api_reachable_and_idle_connections_are_closed()
         agent.metric_or_zero("petrel_component_errors_total", &unauthorized),
         3.0
     );
+}
+
+/// What a processor removed is absent from the OTLP resource and
+/// attributes, a renamed field is an attribute under its new name, and
+/// `except_fields` leaves out what it names (the body with `message`):
+/// through the real Collector to a Petrel receiver.
+#[test]
+fn removed_renamed_and_excluded_fields_through_the_collector() {
+    let dir = tempdir();
+    let (grpc_port, b_port) = (free_port(), free_port());
+    let out = dir.path().join("out.ndjson");
+    let b_cfg = write_config(
+        dir.path(),
+        "receiver",
+        &format!(
+            "sources:\n  - type: opentelemetry\n    http_address: 127.0.0.1:{b_port}\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n",
+            out.display()
+        ),
+    );
+    let _b = Agent::start(&b_cfg, &dir.path().join("b-data"));
+    let col = Otelcol::start(
+        &collector_config(
+            &format!("      grpc:\n        endpoint: 127.0.0.1:{grpc_port}\n"),
+            &otlp_http_exporter(b_port),
+            "otlp_http",
+        ),
+        grpc_port,
+    );
+    let log = dir.path().join("app.log");
+    append(
+        &log,
+        b"{\"level\":\"info\",\"user\":\"ann\",\"secret\":\"s\"}\n",
+    );
+    let a_cfg = write_config(
+        dir.path(),
+        "sender",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nprocessors:\n  - type: parse_json\n  - type: fields\n    remove: [host]\n    rename: {{ file: path }}\nsinks:\n  - type: opentelemetry\n    protocol: grpc\n    endpoint: http://127.0.0.1:{grpc_port}\n    except_fields: [secret, message]\n    batch: {{ timeout_ms: 100 }}\n",
+            log.display()
+        ),
+    );
+    let _a = Agent::start(&a_cfg, &dir.path().join("a-data"));
+    wait_lines(&out, 1);
+    let ev = &json_lines(&out)[0];
+    let r = &ev["resource"];
+    assert!(r.get("host.name").is_none(), "{ev}");
+    let a = &ev["attributes"];
+    assert_eq!(a["path"], log.to_str().unwrap(), "{ev}");
+    assert_eq!(a["user"], "ann", "{ev}");
+    for gone in ["log.file.path", "secret", "host"] {
+        assert!(a.get(gone).is_none(), "`{gone}` in {ev}");
+    }
+    assert!(
+        ev.get("message").is_none() || ev["message"].is_null(),
+        "no body: {ev}"
+    );
+    drop(col);
 }

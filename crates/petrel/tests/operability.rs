@@ -5,6 +5,7 @@
 //! (`/health/live`, `/health/ready`).
 
 mod common;
+mod pki;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -520,12 +521,21 @@ fn dashboard_and_alert_rules_use_only_exported_metrics() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
     };
+    // A TLS listener too: the certificate expiry gauge exists only for a
+    // component that loaded a certificate.
+    let tls_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let server = pki::Ca::new(dir.path(), "ca").issue("server", "127.0.0.1", 2, true);
     let cfg = write_config(
         dir.path(),
         "app",
         &format!(
-            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\n  - type: tcp\n    address: 127.0.0.1:{port}\nprocessors:\n  - type: parse_json\n  - type: filter\n    exclude:\n      level: debug\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n  - type: http\n    url: \"http://{http_addr}/ingest\"\n    batch: {{ timeout_ms: 100 }}\n",
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\n  - type: tcp\n    address: 127.0.0.1:{port}\n  - type: tcp\n    address: 127.0.0.1:{tls_port}\n    tls: {{ cert_file: \"{}\", key_file: \"{}\" }}\nprocessors:\n  - type: parse_json\n  - type: filter\n    exclude:\n      level: debug\nsinks:\n  - type: file\n    path: \"{}\"\n    encoding: ndjson\n  - type: http\n    url: \"http://{http_addr}/ingest\"\n    batch: {{ timeout_ms: 100 }}\n",
             input.display(),
+            server.cert.display(),
+            server.key.display(),
             out.display()
         ),
     );

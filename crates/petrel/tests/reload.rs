@@ -418,8 +418,10 @@ fn a_refused_reload_keeps_the_pipeline_flowing(busy_port: Option<u16>) {
     std::fs::write(conf.join("p.yaml"), &first).unwrap();
     std::fs::write(conf.join("q.yaml"), pipeline(&other_in, &other_out, "")).unwrap();
     let agent = Agent::start(&conf, &dir.path().join("data"));
+    // q's first line too: a q stopped before it read o1 leaves o1 to the
+    // new q, which then writes it again (at least once, as it should).
     wait_for(LONG, "the first line", || {
-        (count_lines(&out) == 1 && count_lines(&held_out) == 1)
+        (count_lines(&out) == 1 && count_lines(&held_out) == 1 && count_lines(&other_out) == 1)
             .then_some(())
             .ok_or("waiting".to_string())
     });

@@ -355,3 +355,45 @@ fn wrong_keys_hold_the_data_loudly_until_a_reload_fixes_them() {
     wait_committed(&data, &log);
     assert_exactly_once(&vg, "auth/", &lines);
 }
+
+/// Objects in `ndjson` hold what the sink's output selects: fields a
+/// processor removed are absent, a renamed one is there under its new
+/// name, `except_fields` leaves out what it names, and `nested` writes
+/// the metadata as objects.
+#[test]
+fn ndjson_objects_without_removed_or_excluded_fields() {
+    let vg = Versity::start();
+    let dir = tempdir();
+    let log = dir.path().join("app.log");
+    let data = dir.path().join("data");
+    append(&log, &numbered(0, 100));
+    let cfg = pipeline(&log, &vg.sink_keys()).replace(
+        "sinks:\n",
+        "processors:\n  - type: fields\n    remove: [host]\n    rename: { message: line }\n    add: { tmp: x, env: prod }\nsinks:\n",
+    ) + "    key_prefix: \"nd/\"\n    encoding: ndjson\n    metadata: { layout: nested }\n    except_fields: [tmp]\n    batch: { timeout_ms: 500 }\n";
+    let cfg = write_config(dir.path(), "s3nd", &cfg);
+    let _agent = Agent::start(&cfg, &data);
+    wait_committed(&data, &log);
+    let mut got = Vec::new();
+    for o in vg.list().into_iter().filter(|o| o.key.starts_with("nd/")) {
+        for l in object_lines(&vg, &o.key) {
+            got.push(serde_json::from_str::<serde_json::Value>(&l).expect("ndjson"));
+        }
+    }
+    assert_eq!(got.len(), 100);
+    let file = log.display().to_string();
+    for (i, v) in got.iter().enumerate() {
+        let want = serde_json::json!({
+            "file": file,
+            "line": format!("line-{i:08} petrel archives this line to s3"),
+            "env": "prod",
+        });
+        assert!(got.contains(&want) || v == &want, "{v}");
+    }
+    for v in &got {
+        assert!(
+            v.get("host").is_none() && v.get("tmp").is_none() && v.get("message").is_none(),
+            "{v}"
+        );
+    }
+}

@@ -183,26 +183,46 @@ fn a_stopped_store_holds_back_no_other_sink_and_catches_up_after_kill_9_without_
     agent.stop();
 }
 
-/// A pipeline with a file sink and an http sink whose server holds every
-/// request: the http sink has a small disk buffer.
-fn stalled_pipeline(
+/// Pipeline `name`: a file source into a file sink and an http sink with
+/// the disk buffer `buffer`, whose server holds every request until
+/// released.
+/// `source_extra`: more lines of the source (e.g. a small read block, so
+/// that the buffer holds many small records).
+fn held_http_pipeline(
     dir: &Path,
-    when_full: &str,
+    name: &str,
     addr: std::net::SocketAddr,
+    source_extra: &str,
+    buffer: &str,
 ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     let log = dir.join("app.log");
     let out = dir.join("out.ndjson");
     std::fs::write(&log, b"").unwrap();
     let cfg = write_config(
         dir,
-        "stalled",
+        name,
         &format!(
-            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: file\n    id: archive\n    path: {}\n    encoding: ndjson\n  - type: http\n    id: slow\n    url: http://{addr}/ingest\n    encoding: ndjson\n    timeout_ms: 600000\n    batch: {{ max_events: 500, timeout_ms: 100 }}\n    buffer: {{ type: disk, max_size: 2MiB, when_full: {when_full} }}\n",
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\n{source_extra}sinks:\n  - type: file\n    id: archive\n    path: {}\n    encoding: ndjson\n  - type: http\n    id: slow\n    url: http://{addr}/ingest\n    encoding: ndjson\n    timeout_ms: 600000\n    batch: {{ max_events: 500, timeout_ms: 100 }}\n    buffer: {buffer}\n",
             log.display(),
             out.display()
         ),
     );
     (cfg, log, out)
+}
+
+/// A small disk buffer (2 MiB) that does `when_full` when full.
+fn stalled_pipeline(
+    dir: &Path,
+    when_full: &str,
+    addr: std::net::SocketAddr,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    held_http_pipeline(
+        dir,
+        "stalled",
+        addr,
+        "",
+        &format!("{{ type: disk, max_size: 2MiB, when_full: {when_full} }}"),
+    )
 }
 
 #[test]
@@ -437,27 +457,14 @@ fn delivered(server: &Stalled) -> std::collections::HashMap<String, usize> {
     seen
 }
 
-/// A file source read in small blocks (so the buffer holds many records,
-/// a few hundred lines each) into a file sink and an http sink with a
-/// disk buffer, whose server holds every request until released.
+/// The source read in small blocks (so the buffer holds many records, a
+/// few hundred lines each).
 fn small_records_pipeline(
     dir: &Path,
     addr: std::net::SocketAddr,
     buffer: &str,
 ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let log = dir.join("app.log");
-    let out = dir.join("out.ndjson");
-    std::fs::write(&log, b"").unwrap();
-    let cfg = write_config(
-        dir,
-        "small",
-        &format!(
-            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\n    read_block_bytes: 16KiB\nsinks:\n  - type: file\n    id: archive\n    path: {}\n    encoding: ndjson\n  - type: http\n    id: slow\n    url: http://{addr}/ingest\n    encoding: ndjson\n    timeout_ms: 600000\n    batch: {{ max_events: 500, timeout_ms: 100 }}\n    buffer: {buffer}\n",
-            log.display(),
-            out.display()
-        ),
-    );
-    (cfg, log, out)
+    held_http_pipeline(dir, "small", addr, "    read_block_bytes: 16KiB\n", buffer)
 }
 
 /// A pipeline whose http sink's server held every request while its disk

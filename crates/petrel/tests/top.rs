@@ -3,6 +3,7 @@
 //! address where no agent answers gives a clear message.
 
 mod common;
+mod pki;
 
 use std::path::Path;
 use std::process::Command;
@@ -149,6 +150,72 @@ fn top_shows_a_busy_pipeline_and_q_exits_0() {
     assert_eq!(code, "0", "exit status of `petrel top` after q");
     stop.store(true, Ordering::SeqCst);
     writer.join().unwrap();
+}
+
+#[test]
+fn top_reads_an_api_served_over_tls_with_a_client_certificate() {
+    let dir = tempdir();
+    let ca = pki::Ca::new(&dir.path().join("pki"), "api-ca");
+    let server = ca.issue("api", "127.0.0.1", 0x21, true);
+    let client = ca.issue("operator", "operator", 0x22, false);
+    let log = dir.path().join("app.log");
+    append(&log, b"first\n");
+    let cfg = write_config(
+        dir.path(),
+        "tls_web",
+        &format!(
+            "sources:\n  - type: file\n    include: [\"{}\"]\n    read_from: beginning\nsinks:\n  - type: blackhole\n",
+            log.display()
+        ),
+    );
+    let agent = Agent::start_with(
+        &cfg,
+        &dir.path().join("data"),
+        AgentOptions {
+            args: vec![
+                "--api-tls-cert".into(),
+                server.cert.display().to_string(),
+                "--api-tls-key".into(),
+                server.key.display().to_string(),
+                "--api-tls-client-ca".into(),
+                ca.pem().display().to_string(),
+                "--api-auth".into(),
+                "metrics".into(),
+            ],
+            env: vec![("PETREL_API_TOKEN".into(), "top-token".into())],
+            ..Default::default()
+        },
+    );
+    let exit_file = dir.path().join("exit");
+    let session = format!("petrel-top-tls-{}", std::process::id());
+    let cmd = format!(
+        "PETREL_API_TOKEN=top-token {} top --api-addr https://127.0.0.1:{} --api-ca-file {} --api-cert-file {} --api-key-file {} --interval-ms 300; echo $? > {}",
+        bin().display(),
+        agent.port,
+        ca.pem().display(),
+        client.cert.display(),
+        client.key.display(),
+        exit_file.display()
+    );
+    let tmux = Tmux::start(&session, &cmd);
+    let screen = wait_for(LONG, "tls_web's rows over TLS", || {
+        let s = tmux.screen();
+        if s.lines()
+            .any(|l| l.starts_with("tls_web") && l.contains("source"))
+        {
+            Ok(s)
+        } else {
+            Err(s)
+        }
+    });
+    assert!(screen.contains("petrel top"), "{screen}");
+    tmux.keys("q");
+    let code = wait_for(LONG, "petrel top exited", || {
+        std::fs::read_to_string(&exit_file)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(code, "0");
 }
 
 #[test]

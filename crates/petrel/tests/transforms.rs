@@ -310,7 +310,12 @@ fn the_parser_by_annotation_example_gives_exactly_the_expected_records() {
         }
         let mut out = Vec::new();
         let mut ends = Vec::new();
-        encode_batch(&Encoding::Ndjson, &batch, &mut out, Some(&mut ends));
+        encode_batch(
+            &Encoding::Ndjson(Default::default()),
+            &batch,
+            &mut out,
+            Some(&mut ends),
+        );
         String::from_utf8(out)
             .expect("utf-8")
             .lines()

@@ -166,7 +166,30 @@ pub fn reference() -> Vec<(&'static str, String)> {
                 registry::SINKS,
             ),
         ),
+        ("layouts.md", layouts_page()),
     ]
+}
+
+/// The names of the metadata in every layout of `metadata: {layout}`,
+/// from the schema module's table.
+fn layouts_page() -> String {
+    format!(
+        "<!-- Generated from crates/petrel-core/src/schema.rs by `{REGENERATE}`: edit its `NAMES`, not this file. -->\n\n\
+# Metadata layouts\n\n\
+A sink that writes fields (`ndjson`, the elasticsearch documents, Loki's JSON lines, the opentelemetry \
+records, the s3 objects) names the metadata of the sources as its `metadata: {{layout: ...}}` says \
+(default `flat`; `otel` on the opentelemetry sink). Each row is one name: Petrel's own (the `flat` column: \
+the name in conditions, templates and processors), then its name in each layout. `nested`, `ecs`, \
+`fluent-bit` and `vector` write dotted names as objects (`kubernetes.pod.name` is \
+`{{\"kubernetes\":{{\"pod\":{{\"name\":...}}}}}}`); `flat` and `otel` write them as dotted keys. \
+*key* is the key of a label or annotation, kept whole (`app.kubernetes.io/name`); with \
+`dedot: true` (the default of `ecs`) its dots become `_`. A metadata name not in the table is written as \
+it is (split at its dots where the layout nests). A field a processor set under one of these names \
+takes the metadata's place and its name in the layout; fields of other names are written as they are.\n\n\
+On the opentelemetry sink the metadata goes into the resource, except `log.file.path` and \
+`log.iostream`, which the Collector keeps on each record; the message is the record's body.\n\n{}",
+        petrel_core::schema::reference_table()
+    )
 }
 
 /// Keys every entry of a section accepts besides its plugin's own (a

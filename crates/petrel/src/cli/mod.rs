@@ -66,6 +66,11 @@ enum Cmd {
         /// A pipeline file or a directory of `*.yaml`/`*.yml` files.
         #[arg(long)]
         config: PathBuf,
+        /// Check the configuration alone, away from the host it runs on:
+        /// skip what needs that host (that TLS certificates, keys and
+        /// `remap` program files exist and load, what a sink's path is).
+        #[arg(long)]
+        offline: bool,
     },
     /// Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline's
     /// processor chain in-process and check the events at a component; exit
@@ -94,9 +99,12 @@ enum Cmd {
         /// what the pipeline's sources produce; a processor: its output; a
         /// sink: its input).
         target: String,
-        /// The agent's `--api-addr`.
+        /// The agent's `--api-addr`; `https://host:port` for an API
+        /// served over TLS.
         #[arg(long, default_value = "127.0.0.1:8686")]
         api_addr: String,
+        #[command(flatten)]
+        tls: tap::ApiTls,
         /// Stop after this many events.
         #[arg(long)]
         limit: Option<u64>,
@@ -117,9 +125,12 @@ enum Cmd {
     /// A live terminal view of a running agent (rates per component, lag
     /// per file, memory, CPU), read from its API; `q` quits.
     Top {
-        /// The agent's `--api-addr`.
+        /// The agent's `--api-addr`; `https://host:port` for an API
+        /// served over TLS.
         #[arg(long, default_value = "127.0.0.1:8686")]
         api_addr: String,
+        #[command(flatten)]
+        tls: tap::ApiTls,
         /// Milliseconds between two readings.
         #[arg(long, default_value_t = 1000)]
         interval_ms: u64,
@@ -185,16 +196,24 @@ pub fn command() -> clap::Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Validate { config } => validate::main(&config),
+        Cmd::Validate { config, offline } => validate::main(&config, offline),
         Cmd::Tap {
             target,
             api_addr,
+            tls,
             limit,
             rate,
             format,
         } => {
+            let api = match tap::ApiTarget::new(&api_addr, &tls) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("petrel tap: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
             let o = tap::TapOptions {
-                api_addr,
+                api,
                 target,
                 limit,
                 rate,
@@ -210,8 +229,11 @@ pub fn main() -> ExitCode {
         }
         Cmd::Top {
             api_addr,
+            tls,
             interval_ms,
-        } => match top::run(&api_addr, Duration::from_millis(interval_ms.max(100))) {
+        } => match tap::ApiTarget::new(&api_addr, &tls)
+            .and_then(|t| top::run(t, Duration::from_millis(interval_ms.max(100))))
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("petrel top: {e:#}");

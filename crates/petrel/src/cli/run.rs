@@ -28,6 +28,27 @@ pub struct RunArgs {
     /// Address of the metrics and health API; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8686")]
     api_addr: String,
+    /// Serve the API over TLS with this PEM certificate chain (with
+    /// --api-tls-key); read again when the file changes.
+    #[arg(long, requires = "api_tls_key", env = "PETREL_API_TLS_CERT")]
+    api_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --api-tls-cert.
+    #[arg(long, requires = "api_tls_cert", env = "PETREL_API_TLS_KEY")]
+    api_tls_key: Option<PathBuf>,
+    /// With --api-tls-cert: clients must present a certificate signed by
+    /// this PEM CA (mutual TLS).
+    #[arg(long, requires = "api_tls_cert", env = "PETREL_API_TLS_CLIENT_CA")]
+    api_tls_client_ca: Option<PathBuf>,
+    /// Which endpoints need the bearer token (PETREL_API_TOKEN or
+    /// --api-token-file): `control` (/reload and /tap), `metrics` (also
+    /// /metrics and /health; the probes /health/live and /health/ready stay
+    /// open for the kubelet) or `all` (the probes too).
+    #[arg(long, value_enum, default_value_t = api::AuthScope::Control, env = "PETREL_API_AUTH")]
+    api_auth: api::AuthScope,
+    /// A file holding the API's bearer token (instead of PETREL_API_TOKEN;
+    /// a final newline is ignored).
+    #[arg(long, env = "PETREL_API_TOKEN_FILE")]
+    api_token_file: Option<PathBuf>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG.
     #[arg(long)]
     log_level: Option<String>,
@@ -245,10 +266,32 @@ fn run(a: RunArgs) -> Result<(), RunError> {
         .thread_name("petrel-sink")
         .enable_all()
         .build()?;
+    let token = api::token(a.api_token_file.as_deref())?;
+    if a.api_auth != api::AuthScope::Control && token.is_none() {
+        return Err(anyhow::anyhow!(
+            "--api-auth {} needs a token: set PETREL_API_TOKEN or --api-token-file",
+            a.api_auth.name()
+        )
+        .into());
+    }
     let listener = std::net::TcpListener::bind(&a.api_addr)
         .map_err(|e| anyhow::anyhow!("cannot bind --api-addr {}: {e}", a.api_addr))?;
     let addr = listener.local_addr()?;
     let metrics = petrel_core::Metrics::new();
+    let api_tls = match (&a.api_tls_cert, &a.api_tls_key) {
+        (Some(cert), Some(key)) => {
+            let owner = crate::tls::Owner {
+                component: "api".into(),
+                metrics: Some(metrics.clone()),
+            };
+            let mut cfg =
+                crate::tls::server_config(cert, key, a.api_tls_client_ca.as_deref(), &owner)
+                    .map_err(|e| anyhow::anyhow!("--api-tls-cert/--api-tls-key: {e:#}"))?;
+            cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Some(std::sync::Arc::new(cfg))
+        }
+        _ => None,
+    };
     metrics
         .health
         .set_unhealthy_after(Duration::from_secs(a.unhealthy_after));
@@ -276,14 +319,20 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             tracing::warn!(error = %e, "cannot watch the configuration for changes; reload with SIGHUP or POST /reload");
         }
     }
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
     runtime.spawn(api::serve(
         listener,
         metrics.clone(),
         budget.clone(),
         api_reload_tx,
+        api::Access {
+            tls: api_tls,
+            token,
+            scope: a.api_auth,
+        },
         fleet.as_ref().map(|f| f.view()),
     ));
-    tracing::info!("API listening on http://{addr}");
+    tracing::info!("API listening on {scheme}://{addr}");
     let count = pipelines.len();
     let rt = runtime.handle().clone();
     // Handed over, not copied: the running topology keeps the only copy

@@ -552,7 +552,8 @@ fn run_case(p: &PipelineConfig, c: &Case) -> anyhow::Result<Outcome> {
         .collect::<Vec<_>>();
     let mut out = Vec::new();
     let mut ends = Vec::new();
-    encode_batch(&Encoding::Ndjson, &batch, &mut out, Some(&mut ends));
+    let ndjson = Encoding::Ndjson(Default::default());
+    encode_batch(&ndjson, &batch, &mut out, Some(&mut ends));
     let mut actual = Vec::new();
     let mut records = Vec::new();
     let mut start = 0usize;

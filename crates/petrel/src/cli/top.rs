@@ -105,12 +105,17 @@ fn parse_line(line: &str) -> Option<Sample> {
 
 /// GET `path` from `addr` with HTTP/1.0 (the agent's API answers plain
 /// HTTP); the body on 200.
-fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<String, String> {
-    let (mut s, sock) = super::tap::connect(addr, timeout).map_err(|e| e.to_string())?;
+fn http_get(
+    target: &super::tap::ApiTarget,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let (mut s, sock) = super::tap::connect_to(target, timeout).map_err(|e| format!("{e:#}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    let headers = super::tap::request_headers(addr, &sock);
+    let headers = super::tap::request_headers(&target.addr, &sock);
     s.write_all(format!("GET {path} HTTP/1.0\r\n{headers}\r\n").as_bytes())
+        .and_then(|_| s.flush())
         .map_err(|e| e.to_string())?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).map_err(|e| e.to_string())?;
@@ -340,6 +345,8 @@ const SORTS: &[&str] = &["name", "events/s", "bytes/s", "errors/s"];
 /// The viewer's state.
 struct App {
     addr: String,
+    /// Where the API is (`None` in unit tests, which read no agent).
+    target: Option<super::tap::ApiTarget>,
     previous: Option<Snapshot>,
     current: Option<Snapshot>,
     error: Option<String>,
@@ -350,7 +357,8 @@ struct App {
 
 impl App {
     fn refresh(&mut self) {
-        match http_get(&self.addr, "/metrics", Duration::from_secs(2)) {
+        let Some(target) = &self.target else { return };
+        match http_get(target, "/metrics", Duration::from_secs(2)) {
             Ok(text) => {
                 let snap = snapshot(&parse_metrics(&text));
                 self.previous = self.current.take();
@@ -657,9 +665,10 @@ fn human_bytes(v: f64) -> String {
 }
 
 /// Runs the viewer until `q`; `interval` between scrapes.
-pub fn run(addr: &str, interval: Duration) -> anyhow::Result<()> {
+pub fn run(target: super::tap::ApiTarget, interval: Duration) -> anyhow::Result<()> {
     let mut app = App {
-        addr: addr.to_string(),
+        addr: target.addr.clone(),
+        target: Some(target),
         previous: None,
         current: None,
         error: None,
@@ -742,6 +751,7 @@ mod tests {
         let text = format!("petrel_component_buffer_bytes{{{l}}} 52428800\npetrel_component_buffer_max_bytes{{{l}}} 104857600\npetrel_component_buffer_oldest_seconds{{{l}}} 42\npetrel_component_sent_events_total{{pipeline=\"p\",component_kind=\"sink\",component_id=\"f\",component_type=\"file\"}} 1\n");
         let top = App {
             addr: "127.0.0.1:1".into(),
+            target: None,
             previous: None,
             current: Some(snapshot(&parse_metrics(&text))),
             error: None,

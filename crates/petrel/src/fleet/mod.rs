@@ -446,7 +446,11 @@ impl Fleet {
         topo: &Topology,
     ) -> crossbeam_channel::Receiver<FleetMsg> {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let tls = match self.settings.tls.rustls_client_config() {
+        let owner = crate::tls::Owner {
+            component: "opamp".into(),
+            metrics: Some(topo.metrics()),
+        };
+        let tls = match self.settings.tls.rustls_client_config(&owner) {
             Ok(t) => Some(t),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "OpAMP TLS settings cannot be used; wss:// and https:// endpoints will not connect");

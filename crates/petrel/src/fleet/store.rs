@@ -267,7 +267,7 @@ mod tests {
             "x: 1\n"
         );
         let s2 = Store::open(d.path(), None).unwrap();
-        assert_eq!(s2.state.pending.unwrap().starts, 2);
+        assert_eq!(s2.state.pending.as_ref().map(|p| p.starts), Some(2));
         assert_eq!(s2.key_of("a").as_deref(), Some("a.yaml"));
     }
 }

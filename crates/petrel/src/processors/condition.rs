@@ -54,7 +54,7 @@ impl Condition {
         let test = |field: &str, re: &Regex, scratch: &mut [u8; 32]| {
             let text = match ev.get_path(field) {
                 Some(v) => value_text(v, &batch.buf, scratch),
-                None => batch.source.field(field),
+                None => batch.meta_field(ev, field),
             };
             text.is_some_and(|t| re.is_match(t))
         };

@@ -151,7 +151,7 @@ impl Dedupe {
                                 out.push(b'T');
                                 out.extend_from_slice(&t.to_le_bytes());
                             }
-                            _ => match batch.source.field(name) {
+                            _ => match batch.meta_field(ev, name) {
                                 Some(b) => {
                                     out.push(b's');
                                     encode_text(out, b);

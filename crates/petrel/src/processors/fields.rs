@@ -31,13 +31,21 @@
 //!
 //! `message` (the raw event text) is a field like any other: it can be the
 //! source or target of `copy`/`rename` and be set by `add`. Renaming or
-//! removing it leaves it `null` (`"message":null` in `ndjson`; a `text`
-//! sink writes `null`). The event time set by `parse_timestamp` and the
-//! `file` field written by sinks are not fields and are not affected.
+//! removing it leaves the event without a message: no `message` key in
+//! `ndjson` (never `null`), an empty line from a `text` sink.
+//!
+//! The source's metadata is fields too: `file`, `host`, `source_address`,
+//! `k8s.pod_name`, `k8s.labels.<key>`, ... can be copied, renamed and
+//! removed, and a removed one is absent from every sink's output. A group
+//! name stands for every entry below it: `remove: [k8s.labels]` removes
+//! all the pod's labels, `rename: {k8s: kubernetes}` moves the pod's
+//! metadata into one object field `kubernetes`. An `add` or the target of
+//! `copy`/`rename` of a metadata name replaces it. The event time set by
+//! `parse_timestamp` is not a field and is not affected.
 
 use petrel_core::config::{Map, Node, YamlNode};
 use petrel_core::plugin::Processor;
-use petrel_core::{ComponentMetrics, Event, EventBatch, Key, Value};
+use petrel_core::{ComponentMetrics, Event, EventBatch, Key, SourceInfo, Value};
 
 use super::common::{free_map, intern_name};
 
@@ -162,21 +170,8 @@ fn constant(node: Node<'_>) -> Option<Value> {
         node.error("`add` values must be strings, numbers or booleans, not lists or maps");
         return None;
     };
-    match petrel_core::config::expand_env(s.as_str(), |name| std::env::var(name).ok()) {
-        Ok(v) => Some(Value::Str(v.into())),
-        Err(e) => {
-            node.error(e);
-            None
-        }
-    }
-}
-
-/// Takes a field's value out of `ev`; `message` is left `null`.
-fn take(ev: &mut Event, name: &str) -> Option<Value> {
-    if name == "message" {
-        return Some(std::mem::replace(&mut ev.message, Value::Null));
-    }
-    ev.remove(name)
+    // `${VAR}` was expanded when the file was loaded.
+    Some(Value::Str(s.as_str().into()))
 }
 
 /// The running processor.
@@ -207,34 +202,37 @@ impl Fields {
         })
     }
 
-    fn apply(&self, ev: &mut Event) {
+    /// The source metadata (`src`) counts as fields of the event: copied,
+    /// renamed and removed like its own, a group name (`k8s`) standing
+    /// for every entry below it.
+    fn apply(&self, src: &SourceInfo, ev: &mut Event) {
         for &(from, to) in &self.copy {
-            if let Some(v) = ev.get(from) {
-                let v = v.clone();
-                ev.set(Key::Borrowed(to), v);
+            if let Some(v) = src.value_of(ev, from) {
+                src.set(ev, Key::Borrowed(to), v);
             }
         }
         for &(from, to) in &self.rename {
             if from == to {
                 continue;
             }
-            if let Some(v) = take(ev, from) {
-                ev.set(Key::Borrowed(to), v);
+            if let Some(v) = src.take(ev, from) {
+                src.set(ev, Key::Borrowed(to), v);
             }
         }
         for (name, v) in &self.add {
-            ev.set(Key::Borrowed(name), v.clone());
+            src.set(ev, Key::Borrowed(name), v.clone());
         }
         for &name in &self.remove {
-            take(ev, name);
+            src.remove(ev, name);
         }
     }
 }
 
 impl Processor for Fields {
     fn process(&self, batch: &mut EventBatch) {
-        for ev in &mut batch.events {
-            self.apply(ev);
+        let EventBatch { source, events, .. } = batch;
+        for ev in events {
+            self.apply(source, ev);
         }
     }
 }
@@ -312,7 +310,14 @@ pub(crate) mod test_support {
         parse: impl for<'a> FnOnce(Map<'a>) -> Option<C>,
     ) -> (Option<C>, Vec<String>) {
         let file: Arc<str> = "t.yaml".into();
-        let raw = parse_yaml(&file, yaml).expect("yaml");
+        let mut raw = parse_yaml(&file, yaml).expect("yaml");
+        // As the loader does (crate::config::load_file): variables are
+        // expanded once, before any plugin reads the values.
+        let env =
+            petrel_core::yaml::expand_env_tree(&file, yaml, &mut raw, &|n| std::env::var(n).ok());
+        if !env.is_empty() {
+            return (None, env.iter().map(|e| e.to_string()).collect());
+        }
         let errs = ConfigErrors::new();
         let c = Node::root(&file, &raw, &errs).as_map(keys).and_then(parse);
         (c, errs.into_vec().iter().map(|e| e.to_string()).collect())
@@ -462,15 +467,19 @@ mod tests {
         );
         assert!(petrel_core::config::expand_env("${NOPE}", env)
             .unwrap_err()
+            .message
             .contains("`NOPE` is not set"));
         assert!(petrel_core::config::expand_env("${HOST", env)
             .unwrap_err()
+            .message
             .contains("closing"));
         assert!(petrel_core::config::expand_env("${1X}", env)
             .unwrap_err()
+            .message
             .contains("invalid environment variable name"));
         assert!(petrel_core::config::expand_env("${}", env)
             .unwrap_err()
+            .message
             .contains("invalid"));
     }
 
@@ -493,15 +502,22 @@ mod tests {
         let errs = cfg_errors("type: fields\n", KEYS, Config::parse);
         assert!(errs[0].contains("needs at least one of"), "{errs:?}");
         let errs = cfg_errors(
-            "type: fields\nadd:\n  a: \"${PETREL_SURELY_UNSET_VAR}\"\n  b: [1]\n  \"\": x\nrename: [a]\ncopy: {a: \"\"}\n",
+            "type: fields\nadd:\n  a: \"${PETREL_SURELY_UNSET_VAR}\"\n",
+            KEYS,
+            Config::parse,
+        );
+        assert!(
+            errs[0].starts_with(
+                "t.yaml:3:7: environment variable `PETREL_SURELY_UNSET_VAR` is not set"
+            ),
+            "{errs:?}"
+        );
+        let errs = cfg_errors(
+            "type: fields\nadd:\n  a: x\n  b: [1]\n  \"\": x\nrename: [a]\ncopy: {a: \"\"}\n",
             KEYS,
             Config::parse,
         );
         let all = errs.join("\n");
-        assert!(
-            all.contains("t.yaml:3:6: environment variable `PETREL_SURELY_UNSET_VAR` is not set"),
-            "{all}"
-        );
         assert!(all.contains("`add` values must be strings"), "{all}");
         assert!(all.contains("`add` has an empty field name"), "{all}");
         assert!(all.contains("`rename` must be a map"), "{all}");

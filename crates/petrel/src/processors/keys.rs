@@ -29,7 +29,7 @@ pub fn field_text<'a>(
 ) -> Option<&'a [u8]> {
     match ev.get(name) {
         Some(v) => value_text(v, &batch.buf, scratch),
-        None => batch.source.field(name),
+        None => batch.meta_field(ev, name),
     }
 }
 

@@ -22,9 +22,11 @@
 //! anywhere; `(?i)` for case-insensitive) in field `field` is replaced:
 //!
 //! - with `replace` (default `***`), where `$1`, `${1}` and `${name}`
-//!   insert capture groups and `$$` is a literal `$`. A reference to a
+//!   insert capture groups and `$$` is a literal `$`. The file loader
+//!   expands `${VAR}` and turns `$$` into `$` first, so in a pipeline file
+//!   these are written `$1`, `$${1}`, `$${name}` and `$$$$`. A reference to a
 //!   group the pattern does not have is a configuration error (so a stray
-//!   `$` cannot silently erase text). Write `${1}x`, not `$1x`.
+//!   `$` cannot silently erase text). Write `${1}x` (in a file: `$${1}x`), not `$1x`.
 //! - or, with `hash: sha256`, with the first 16 hex characters (64 bits) of
 //!   SHA-256 of `salt` followed by the matched bytes; without a salt,
 //!   `printf '%s' 'the-match' | sha256sum | cut -c1-16` gives the same text.
@@ -46,7 +48,6 @@ use regex::bytes::Regex;
 use sha2::{Digest, Sha256};
 
 use super::common::{intern_name, regex_error, value_text};
-use petrel_core::config::expand_env;
 
 /// Keys accepted.
 pub const KEYS: &[&str] = &["type", "id", "field", "pattern", "replace", "hash", "salt"];
@@ -74,7 +75,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "replace",
         kind: petrel_core::plugin::KeyKind::String,
         default: Some(r#"***"#),
-        doc: r#"The replacement: `$1`, `${1}` and `${name}` insert capture groups (a group the pattern lacks is an error), `$$` is a literal `$`."#,
+        doc: r#"The replacement: `$1`, `${1}` and `${name}` insert capture groups (a group the pattern lacks is an error), `$$` is a literal `$`. In a pipeline file write `$${name}` and `$$$$`: the loader expands `${VAR}` and turns `$$` into `$` before the processor reads the value."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "hash",
@@ -161,13 +162,8 @@ impl Config {
             (Some(_), None) => {
                 let salt = match map.get("salt") {
                     None => Vec::new(),
-                    Some(n) => match expand_env(n.as_str()?, |v| std::env::var(v).ok()) {
-                        Ok(s) => s.into_owned().into_bytes(),
-                        Err(e) => {
-                            n.error(e);
-                            return None;
-                        }
-                    },
+                    // `${VAR}` was expanded when the file was loaded.
+                    Some(n) => n.as_str()?.as_bytes().to_vec(),
                 };
                 Replacement::Sha256 { salt }
             }
@@ -245,8 +241,8 @@ fn check_group_refs(with: &str, re: &Regex) -> Result<(), String> {
         if !exists {
             return Err(format!(
                 "`replace` refers to capture group `{name}`, which `pattern` does not have \
-                 (it has {} numbered group(s)); write `$$` for a literal `$`, and `${{1}}x` \
-                 rather than `$1x`",
+                 (it has {} numbered group(s)); in a pipeline file write `$$$$` for a literal `$`, \
+                 and `$${{1}}x` rather than `$1x` (the loader turns `$$` into `$`)",
                 re.captures_len() - 1
             ));
         }
@@ -502,7 +498,7 @@ mod tests {
 
     #[test]
     fn named_groups_and_dollar() {
-        let m = mask("type: mask\npattern: '(?P<user>\\w+)@(?P<host>[\\w.]+)'\nreplace: '${user}@*** ($$)'\n");
+        let m = mask("type: mask\npattern: '(?P<user>\\w+)@(?P<host>[\\w.]+)'\nreplace: '$${user}@*** ($$$$)'\n");
         let mut b = batch_of(&["mail bob@example.com"]);
         m.process(&mut b);
         assert_eq!(msgs(&b), vec!["mail bob@*** ($)"]);
@@ -527,7 +523,7 @@ mod tests {
         let r = e("type: mask\npattern: '(a)'\nreplace: '$REDACTED'\n");
         assert!(r.contains("capture group `REDACTED`"), "{r}");
         assert!(e("type: mask\npattern: '(a)'\nreplace: '$1x'\n").contains("`1x`"));
-        assert!(e("type: mask\npattern: '(a)'\nreplace: '${2}'\n").contains("`2`"));
+        assert!(e("type: mask\npattern: '(a)'\nreplace: '$${2}'\n").contains("capture group `2`"));
         assert!(
             e("type: mask\npattern: 'a'\nhash: sha256\nsalt: '${PETREL_SURELY_UNSET_VAR}'\n")
                 .contains("is not set")

@@ -325,6 +325,14 @@ impl Config {
                 let path = resolve_path(map.node().file(), rel);
                 match std::fs::read_to_string(&path) {
                     Ok(t) => (n, t, ProgramOrigin::File(path)),
+                    // `validate --offline`: the program is on the host;
+                    // the rest of the configuration is still checked.
+                    Err(e) if !petrel_core::config::host_checks() => {
+                        n.warn(format!(
+                            "the VRL program `{path}` was not checked (`--offline`: {e})"
+                        ));
+                        (n, "true".to_string(), ProgramOrigin::Inline)
+                    }
                     Err(e) => {
                         n.error(format!("cannot read the VRL program `{path}`: {e}"));
                         return None;
@@ -403,7 +411,7 @@ fn report(node: &Node<'_>, text: &str, file: Option<&str>, diags: Vec<CompilePro
                     file: node.file().clone(),
                     line: nl,
                     col: nc,
-                    message: format!("remap: {path}:{l}:{c}: {}", d.message),
+                    message: format!("remap: {path}:{l}:{c}: {}", diagnostic(&d)),
                 });
                 continue;
             }
@@ -412,8 +420,19 @@ fn report(node: &Node<'_>, text: &str, file: Option<&str>, diags: Vec<CompilePro
             file,
             line,
             col,
-            message: format!("remap: {}", d.message),
+            message: format!("remap: {}", diagnostic(&d)),
         });
+    }
+}
+
+/// The text of a compile problem in a configuration error: VRL's own
+/// rendering over several lines (as `vector vrl` prints it), or the
+/// one-line message when there is none.
+fn diagnostic(d: &CompileProblem) -> String {
+    if d.rendered.is_empty() {
+        d.message.clone()
+    } else {
+        d.rendered.clone()
     }
 }
 
@@ -443,7 +462,8 @@ thread_local! {
     /// conditions run event by event, and a batch's events share their
     /// source, so the object is built once per batch rather than per
     /// event. Holding the `Arc` keeps its address from being reused.
-    static CONDITION_METADATA: std::cell::RefCell<Option<(Arc<SourceInfo>, V)>> =
+    #[allow(clippy::type_complexity)]
+    static CONDITION_METADATA: std::cell::RefCell<Option<(Arc<SourceInfo>, MetaView, V, bool)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -475,27 +495,43 @@ impl VrlCondition {
 
     /// True when the expression is `true` for `ev` of `batch`.
     pub fn matches(&self, batch: &EventBatch, ev: &Event) -> bool {
-        if !self.reads_metadata {
-            let meta = V::Object(ObjectMap::new());
-            return self.eval(batch, ev, &meta);
-        }
         CONDITION_METADATA.with(|cache| {
             let mut cache = cache.borrow_mut();
             let fresh = match &*cache {
-                Some((source, _)) => !Arc::ptr_eq(source, &batch.source),
+                Some((source, _, _, had_percent)) => {
+                    !Arc::ptr_eq(source, &batch.source) || (self.reads_metadata && !had_percent)
+                }
                 None => true,
             };
             if fresh {
-                *cache = Some((batch.source.clone(), metadata(&batch.source)));
+                let percent = if self.reads_metadata {
+                    metadata(&batch.source)
+                } else {
+                    V::Object(ObjectMap::new())
+                };
+                *cache = Some((
+                    batch.source.clone(),
+                    MetaView::new(&batch.source),
+                    percent,
+                    self.reads_metadata,
+                ));
             }
             match &*cache {
-                Some((_, meta)) => self.eval(batch, ev, meta),
+                Some((source, view, percent, _)) => self.eval(
+                    batch,
+                    ev,
+                    MetaCtx {
+                        source,
+                        view,
+                        percent,
+                    },
+                ),
                 None => false,
             }
         })
     }
 
-    fn eval(&self, batch: &EventBatch, ev: &Event, meta: &V) -> bool {
+    fn eval(&self, batch: &EventBatch, ev: &Event, meta: MetaCtx<'_>) -> bool {
         CONDITION_RUNTIME.with(|rt| {
             let mut rt = rt.borrow_mut();
             rt.clear();
@@ -528,6 +564,10 @@ pub struct CompileProblem {
     pub offset: usize,
     /// What VRL says, on one line.
     pub message: String,
+    /// What VRL prints for it: its code and message, then the program's
+    /// line with a caret under the column, labels and notes, over several
+    /// lines (empty when VRL gave no diagnostic).
+    pub rendered: String,
 }
 
 /// VRL's code for a call to a function it does not know.
@@ -555,6 +595,7 @@ pub fn compile(source: &str, allow_env: bool) -> Result<Program, Vec<CompileProb
             return Err(vec![CompileProblem {
                 offset: 0,
                 message: format!("VRL error: {}", what.replace('\n', " ")),
+                rendered: String::new(),
             }]);
         }
     };
@@ -584,14 +625,25 @@ pub fn compile(source: &str, allow_env: bool) -> Result<Program, Vec<CompileProb
                 let off = ENV_FUNCTIONS.iter().find(|f| {
                     !allow_env && d.code == UNDEFINED_FUNCTION && called == Some(**f)
                 });
+                // VRL's own rendering, as `vector vrl` prints it: several
+                // lines, the program's line with a caret under the column.
+                let mut rendered = vrl::diagnostic::Formatter::new(source, vec![(*d).clone()])
+                    .to_string()
+                    .trim_matches('\n')
+                    .to_string();
                 if let Some(f) = off {
-                    msg.push_str(&format!(
-                        "; `{f}` reads the agent's environment, host or files and is off unless the processor sets `allow_env: true`"
-                    ));
+                    let note = format!(
+                        "`{f}` reads the agent's environment, host or files and is off unless the processor sets `allow_env: true`"
+                    );
+                    msg.push_str("; ");
+                    msg.push_str(&note);
+                    rendered.push_str("\n  = ");
+                    rendered.push_str(&note);
                 }
                 CompileProblem {
                     offset,
                     message: msg.replace('\n', " "),
+                    rendered,
                 }
             })
             .collect()),
@@ -760,10 +812,17 @@ impl vrl::compiler::runtime::ExecutionControl for RunLimits {
 
 impl Processor for Remap {
     fn process(&self, batch: &mut EventBatch) {
-        let meta = if self.reads_metadata {
+        let percent = if self.reads_metadata {
             metadata(&batch.source)
         } else {
             V::Object(ObjectMap::new())
+        };
+        let source = batch.source.clone();
+        let view = MetaView::new(&source);
+        let meta = MetaCtx {
+            source: &source,
+            view: &view,
+            percent: &percent,
         };
         // Sized from the pipeline's share of the memory limit (tests and
         // `petrel test` run without a budget: 64 MiB).
@@ -797,7 +856,7 @@ impl Processor for Remap {
                 &self.timezone,
                 &batch.buf,
                 &ev,
-                &meta,
+                meta,
                 &mut limits,
             );
             // The last expression has no checkpoint after it: what it
@@ -838,7 +897,7 @@ impl Processor for Remap {
                         batch_output += size;
                         let extra = batch.charge.more(size as usize);
                         batch.charge.merge(extra);
-                        apply(&batch.buf, ev, outcome, &mut out);
+                        apply(&batch.buf, meta, ev, outcome, &mut out);
                         continue;
                     }
                 }
@@ -910,7 +969,7 @@ fn run_limited(
     timezone: &TimeZone,
     buf: &Bytes,
     ev: &Event,
-    meta: &V,
+    meta: MetaCtx<'_>,
     limits: &mut RunLimits,
 ) -> Result<Outcome, Terminate> {
     let mut target = EventTarget::new(buf, ev, meta);
@@ -926,7 +985,7 @@ pub fn run(
     timezone: &TimeZone,
     buf: &Bytes,
     ev: &Event,
-    meta: &V,
+    meta: MetaCtx<'_>,
 ) -> Result<Outcome, Terminate> {
     let mut target = EventTarget::new(buf, ev, meta);
     runtime.resolve(&mut target, program, timezone)?;
@@ -978,6 +1037,204 @@ pub fn metadata(source: &SourceInfo) -> V {
     V::Object(root)
 }
 
+/// The batch's metadata as a program sees it in `.`: one top-level field
+/// per first segment of the entries' names (`host`, `file`, `k8s`,
+/// `container`), dotted names split into objects, a label's or an
+/// annotation's key kept whole. Built once per batch; an event that hid
+/// some of it, or whose own fields took an entry's place, gets its own
+/// value of that group.
+#[derive(Debug, Default)]
+pub struct MetaView {
+    groups: Vec<MetaGroup>,
+}
+
+#[derive(Debug)]
+struct MetaGroup {
+    name: KeyString,
+    /// The entry named exactly like the group (`host`), if any.
+    exact: Option<usize>,
+    /// The entries below it: number and path below the group.
+    below: Vec<(usize, Vec<String>)>,
+    /// The group's value with every entry as the batch has it.
+    value: V,
+}
+
+impl MetaView {
+    /// The view of `source`'s metadata.
+    pub fn new(source: &SourceInfo) -> Self {
+        let mut groups: Vec<MetaGroup> = Vec::new();
+        for (i, name, text) in source.entries() {
+            let segs = petrel_core::schema::segments(name);
+            let top = segs[0];
+            let gi = match groups.iter().position(|g| g.name.as_str() == top) {
+                Some(gi) => gi,
+                None => {
+                    groups.push(MetaGroup {
+                        name: top.into(),
+                        exact: None,
+                        below: Vec::new(),
+                        value: V::Null,
+                    });
+                    groups.len() - 1
+                }
+            };
+            let g = &mut groups[gi];
+            let value = V::Bytes(Bytes::copy_from_slice(text.as_bytes()));
+            if segs.len() == 1 {
+                g.exact = Some(i);
+                g.value = value;
+            } else {
+                let rel: Vec<String> = segs[1..].iter().map(|s| s.to_string()).collect();
+                if !matches!(g.value, V::Object(_)) {
+                    g.value = V::Object(ObjectMap::new());
+                }
+                let path = OwnedValuePath {
+                    segments: rel.iter().map(|s| OwnedSegment::field(s)).collect(),
+                };
+                g.value.insert(&path, value);
+                g.below.push((i, rel));
+            }
+        }
+        Self { groups }
+    }
+
+    fn find(&self, name: &str) -> Option<(usize, &MetaGroup)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .find(|(_, g)| g.name.as_str() == name)
+    }
+
+    /// Group `g` as `ev` has it: `None` when the event hid all of it.
+    fn value_for(&self, g: &MetaGroup, source: &SourceInfo, ev: &Event, buf: &Bytes) -> Option<V> {
+        if let Some(i) = g.exact {
+            return (!ev.hidden.contains(i)).then(|| g.value.clone());
+        }
+        let own_below = |name: &str| ev.get(name);
+        let changed = g.below.iter().any(|(i, _)| {
+            ev.hidden.contains(*i)
+                || source
+                    .entry(*i)
+                    .is_some_and(|(name, _)| own_below(name).is_some())
+        });
+        if !changed {
+            return Some(g.value.clone());
+        }
+        let mut v = V::Object(ObjectMap::new());
+        let mut any = false;
+        for (i, rel) in &g.below {
+            let Some((name, text)) = source.entry(*i) else {
+                continue;
+            };
+            let value = match own_below(name) {
+                Some(own) => to_vrl(own, buf),
+                None if ev.hidden.contains(*i) => continue,
+                None => V::Bytes(Bytes::copy_from_slice(text.as_bytes())),
+            };
+            let path = OwnedValuePath {
+                segments: rel.iter().map(|s| OwnedSegment::field(s)).collect(),
+            };
+            v.insert(&path, value);
+            any = true;
+        }
+        any.then_some(v)
+    }
+}
+
+/// What a run sees besides its event: the batch's metadata, as `.`'s
+/// groups ([`MetaView`]) and as `%`.
+#[derive(Debug, Clone, Copy)]
+pub struct MetaCtx<'a> {
+    /// The batch's metadata entries.
+    pub source: &'a SourceInfo,
+    /// Their view in `.`.
+    pub view: &'a MetaView,
+    /// `%`: the metadata as the source set it (read-only in effect).
+    pub percent: &'a V,
+}
+
+/// The leaves of `obj`, a group's new value, by path below the group: a
+/// label's or annotation's key is one leaf whatever its value.
+fn leaves(obj: ObjectMap) -> Vec<(Vec<String>, V)> {
+    fn walk(prefix: &mut Vec<String>, obj: ObjectMap, out: &mut Vec<(Vec<String>, V)>) {
+        for (k, v) in obj {
+            let family = prefix.is_empty() && petrel_core::schema::is_family(k.as_str());
+            prefix.push(k.into());
+            match v {
+                V::Object(m) if family => {
+                    for (key, x) in m {
+                        prefix.push(key.into());
+                        out.push((prefix.clone(), x));
+                        prefix.pop();
+                    }
+                }
+                V::Object(m) if !m.is_empty() => walk(prefix, m, out),
+                other => out.push((prefix.clone(), other)),
+            }
+            prefix.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(&mut Vec::new(), obj, &mut out);
+    out
+}
+
+/// Writes group `g`'s new value `v` (`None`: deleted) back into `ev`:
+/// entries left as they were stay the batch's (the fast path of the
+/// encoders), changed ones become own fields of the entry's name (which
+/// every layout still names as metadata), missing ones are hidden, new
+/// ones become own fields named below the group (`k8s.cluster`).
+fn write_group(ctx: MetaCtx<'_>, g: &MetaGroup, ev: &mut Event, v: Option<V>, buf: &Bytes) {
+    let src = ctx.source;
+    let same_text = |v: &V, i: usize| {
+        src.entry(i)
+            .is_some_and(|(_, t)| matches!(v, V::Bytes(b) if b.as_ref() == t.as_bytes()))
+    };
+    let Some(v) = v else {
+        src.remove(ev, &g.name);
+        return;
+    };
+    if let Some(i) = g.exact {
+        if same_text(&v, i) && !ev.hidden.contains(i) {
+            ev.remove(&g.name);
+        } else {
+            src.set(ev, Key::Owned(g.name.to_string()), from_vrl(v, buf));
+        }
+        return;
+    }
+    let V::Object(obj) = v else {
+        src.set(ev, Key::Owned(g.name.to_string()), from_vrl(v, buf));
+        return;
+    };
+    let mut new = leaves(obj);
+    for (i, rel) in &g.below {
+        let Some((name, _)) = src.entry(*i) else {
+            continue;
+        };
+        let name = name.to_string();
+        match new.iter().position(|(p, _)| p == rel) {
+            Some(j) => {
+                let (_, leaf) = new.swap_remove(j);
+                if same_text(&leaf, *i) {
+                    ev.remove(&name);
+                    ev.hidden.remove(*i);
+                } else {
+                    ev.set(Key::Owned(name), from_vrl(leaf, buf));
+                    ev.hidden.remove(*i);
+                }
+            }
+            None => {
+                ev.remove(&name);
+                ev.hidden.insert(*i);
+            }
+        }
+    }
+    for (rel, leaf) in new {
+        let name = format!("{}.{}", g.name, rel.join("."));
+        ev.set(Key::Owned(name), from_vrl(leaf, buf));
+    }
+}
+
 /// The adapter: VRL's [`Target`] over a Petrel event, which it only reads.
 /// See the module documentation.
 #[derive(Debug)]
@@ -997,7 +1254,10 @@ pub struct EventTarget<'a> {
     /// VRL asks for the root once before running, only to check that
     /// there is one; that first call is answered without building it.
     checked: Cell<bool>,
-    meta: &'a V,
+    ctx: MetaCtx<'a>,
+    /// The metadata groups read so far, converted once (same order as
+    /// the view's groups).
+    groups: Vec<OnceCell<Option<V>>>,
     meta_written: Option<V>,
     secrets: Secrets,
 }
@@ -1007,9 +1267,9 @@ static EMPTY_ROOT: std::sync::LazyLock<V> =
     std::sync::LazyLock::new(|| V::Object(ObjectMap::new()));
 
 impl<'a> EventTarget<'a> {
-    /// An adapter over `ev` (whose spans point into `buf`) with metadata
-    /// `meta`.
-    pub fn new(buf: &'a Bytes, ev: &'a Event, meta: &'a V) -> Self {
+    /// An adapter over `ev` (whose spans point into `buf`) of a batch
+    /// with metadata `ctx`.
+    pub fn new(buf: &'a Bytes, ev: &'a Event, ctx: MetaCtx<'a>) -> Self {
         Self {
             buf,
             ev,
@@ -1018,7 +1278,10 @@ impl<'a> EventTarget<'a> {
             full: None,
             root_view: OnceCell::new(),
             checked: Cell::new(false),
-            meta,
+            groups: (0..ctx.view.groups.len())
+                .map(|_| OnceCell::new())
+                .collect(),
+            ctx,
             meta_written: None,
             secrets: Secrets::new(),
         }
@@ -1046,10 +1309,21 @@ impl<'a> EventTarget<'a> {
                     self.ev.time_ns.unwrap_or_default(),
                 ))
             })),
-            _ => {
-                let i = self.ev.fields.iter().position(|(k, _)| k == name)?;
-                Some(self.cache[i].get_or_init(|| to_vrl(&self.ev.fields[i].1, self.buf)))
-            }
+            _ => match self.ev.fields.iter().position(|(k, _)| k == name) {
+                Some(i) => {
+                    Some(self.cache[i].get_or_init(|| to_vrl(&self.ev.fields[i].1, self.buf)))
+                }
+                None => {
+                    let (gi, g) = self.ctx.view.find(name)?;
+                    self.groups[gi]
+                        .get_or_init(|| {
+                            self.ctx
+                                .view
+                                .value_for(g, self.ctx.source, self.ev, self.buf)
+                        })
+                        .as_ref()
+                }
+            },
         }
     }
 
@@ -1075,7 +1349,18 @@ impl<'a> EventTarget<'a> {
             if (k == "timestamp" && self.ev.time_ns.is_some()) || names.contains(&k.as_ref()) {
                 continue;
             }
+            // An own field that took the place of a dotted entry is seen
+            // inside its group.
+            if k.contains('.') && self.ctx.source.find(k).is_some() {
+                continue;
+            }
             names.push(k);
+        }
+        for g in &self.ctx.view.groups {
+            let name = g.name.as_str();
+            if !names.contains(&name) && self.original(name).is_some() {
+                names.push(name);
+            }
         }
         names
     }
@@ -1140,7 +1425,9 @@ fn split_field(path: &OwnedValuePath) -> Option<(&KeyString, OwnedValuePath)> {
 impl Target for EventTarget<'_> {
     fn target_insert(&mut self, path: &OwnedTargetPath, value: V) -> Result<(), String> {
         if path.prefix == PathPrefix::Metadata {
-            let meta = self.meta_written.get_or_insert_with(|| self.meta.clone());
+            let meta = self
+                .meta_written
+                .get_or_insert_with(|| self.ctx.percent.clone());
             meta.insert(&path.path, value);
             return Ok(());
         }
@@ -1167,7 +1454,7 @@ impl Target for EventTarget<'_> {
 
     fn target_get(&self, path: &OwnedTargetPath) -> Result<Option<&V>, String> {
         if path.prefix == PathPrefix::Metadata {
-            let meta = self.meta_written.as_ref().unwrap_or(self.meta);
+            let meta = self.meta_written.as_ref().unwrap_or(self.ctx.percent);
             return Ok(meta.get(&path.path));
         }
         if let Some(full) = &self.full {
@@ -1191,7 +1478,9 @@ impl Target for EventTarget<'_> {
 
     fn target_get_mut(&mut self, path: &OwnedTargetPath) -> Result<Option<&mut V>, String> {
         if path.prefix == PathPrefix::Metadata {
-            let meta = self.meta_written.get_or_insert_with(|| self.meta.clone());
+            let meta = self
+                .meta_written
+                .get_or_insert_with(|| self.ctx.percent.clone());
             return Ok(meta.get_mut(&path.path));
         }
         if self.full.is_some() {
@@ -1218,7 +1507,9 @@ impl Target for EventTarget<'_> {
         compact: bool,
     ) -> Result<Option<V>, String> {
         if path.prefix == PathPrefix::Metadata {
-            let meta = self.meta_written.get_or_insert_with(|| self.meta.clone());
+            let meta = self
+                .meta_written
+                .get_or_insert_with(|| self.ctx.percent.clone());
             return Ok(meta.remove(&path.path, compact));
         }
         if self.full.is_some() {
@@ -1363,8 +1654,16 @@ fn outcome_size(o: &Outcome, buf: &Bytes) -> u64 {
 }
 
 /// Writes top-level field `name` of `ev` (message and event time
-/// included); `None` deletes it.
-fn set_top(ev: &mut Event, name: KeyString, v: Option<V>, buf: &Bytes) {
+/// included); `None` deletes it. A name that is a group of the batch's
+/// metadata (and not an own field of the event) is written back into the
+/// metadata ([`write_group`]).
+fn set_top(ctx: MetaCtx<'_>, ev: &mut Event, name: KeyString, v: Option<V>, buf: &Bytes) {
+    if let Some((_, g)) = ctx.view.find(name.as_str()) {
+        if ev.get(name.as_str()).is_none() {
+            write_group(ctx, g, ev, v, buf);
+            return;
+        }
+    }
     match name.as_str() {
         "message" => ev.message = v.map_or(Value::Null, |v| from_vrl(v, buf)),
         "timestamp" => {
@@ -1387,38 +1686,45 @@ fn set_top(ev: &mut Event, name: KeyString, v: Option<V>, buf: &Bytes) {
     }
 }
 
-/// Puts the outcome of a run on `ev` and pushes the resulting event(s).
-pub fn apply(buf: &Bytes, mut ev: Event, outcome: Outcome, out: &mut Vec<Event>) {
+/// Puts the outcome of a run on `ev` (of a batch with metadata `ctx`)
+/// and pushes the resulting event(s).
+pub fn apply(buf: &Bytes, ctx: MetaCtx<'_>, mut ev: Event, outcome: Outcome, out: &mut Vec<Event>) {
     match outcome {
         Outcome::Unchanged => out.push(ev),
         Outcome::Fields(fields) => {
             for (k, v) in fields {
-                set_top(&mut ev, k, v, buf);
+                set_top(ctx, &mut ev, k, v, buf);
             }
             out.push(ev);
         }
         Outcome::Root(V::Array(items)) => {
             for item in items {
-                let mut e = Event {
-                    message: Value::Null,
-                    fields: Vec::new(),
-                    time_ns: None,
-                };
+                let mut e = Event::new(Value::Null);
                 match item {
-                    V::Object(m) => replace_root(&mut e, m, buf),
-                    other => e.message = from_vrl(other, buf),
+                    V::Object(m) => replace_root(ctx, &mut e, m, buf),
+                    other => {
+                        // Only the message: none of the metadata.
+                        for g in &ctx.view.groups {
+                            ctx.source.remove(&mut e, &g.name);
+                        }
+                        e.message = from_vrl(other, buf);
+                    }
                 }
                 out.push(e);
             }
         }
         Outcome::Root(V::Object(m)) => {
-            replace_root(&mut ev, m, buf);
+            replace_root(ctx, &mut ev, m, buf);
             out.push(ev);
         }
         Outcome::Root(other) => {
-            // `. = "text"`: the event becomes that message alone.
+            // `. = "text"`: the event becomes that message alone, without
+            // its metadata.
             ev.fields.clear();
             ev.time_ns = None;
+            for g in &ctx.view.groups {
+                ctx.source.remove(&mut ev, &g.name);
+            }
             ev.message = from_vrl(other, buf);
             out.push(ev);
         }
@@ -1427,7 +1733,16 @@ pub fn apply(buf: &Bytes, mut ev: Event, outcome: Outcome, out: &mut Vec<Event>)
 
 /// Makes `ev` the object `m`: fields still present keep their place (and
 /// their original value when equal), new ones follow in name order.
-fn replace_root(ev: &mut Event, mut m: ObjectMap, buf: &Bytes) {
+fn replace_root(ctx: MetaCtx<'_>, ev: &mut Event, mut m: ObjectMap, buf: &Bytes) {
+    // The metadata groups the event showed (not replaced by an own field
+    // of the same name) are written back on their own.
+    let groups: Vec<(&MetaGroup, Option<V>)> = ctx
+        .view
+        .groups
+        .iter()
+        .filter(|g| ev.get(g.name.as_str()).is_none())
+        .map(|g| (g, m.remove(g.name.as_str())))
+        .collect();
     let message = m.remove("message");
     let timestamp = m.remove("timestamp");
     let keep_time = match (&timestamp, ev.time_ns) {
@@ -1438,6 +1753,11 @@ fn replace_root(ev: &mut Event, mut m: ObjectMap, buf: &Bytes) {
     let mut fields: Vec<(Key, Value)> = Vec::with_capacity(old.len() + m.len());
     for (k, v) in old {
         if k == "timestamp" {
+            continue;
+        }
+        // In place of a dotted entry: its group decides below.
+        if k.contains('.') && ctx.source.find(&k).is_some() {
+            fields.push((k, v));
             continue;
         }
         if let Some(nv) = m.remove(k.as_ref()) {
@@ -1458,7 +1778,10 @@ fn replace_root(ev: &mut Event, mut m: ObjectMap, buf: &Bytes) {
         None => ev.message = Value::Null,
     }
     if !keep_time {
-        set_top(ev, "timestamp".into(), timestamp, buf);
+        set_top(ctx, ev, "timestamp".into(), timestamp, buf);
+    }
+    for (g, v) in groups {
+        write_group(ctx, g, ev, v, buf);
     }
 }
 
@@ -1495,17 +1818,32 @@ impl petrel_core::plugin::ProcessorConfig for Config {
 /// fields), for tests and comparisons.
 pub fn event_to_vrl(ev: &Event, buf: &Bytes) -> V {
     let meta = V::Object(ObjectMap::new());
-    EventTarget::new(buf, ev, &meta).build_root()
+    let source = SourceInfo::default();
+    let view = MetaView::default();
+    EventTarget::new(
+        buf,
+        ev,
+        MetaCtx {
+            source: &source,
+            view: &view,
+            percent: &meta,
+        },
+    )
+    .build_root()
 }
 
 /// An event made of the VRL object `m` (the inverse of [`event_to_vrl`]).
 pub fn event_from_vrl(m: ObjectMap, buf: &Bytes) -> Event {
-    let mut ev = Event {
-        message: Value::Null,
-        fields: Vec::new(),
-        time_ns: None,
+    let mut ev = Event::new(Value::Null);
+    let meta = V::Object(ObjectMap::new());
+    let source = SourceInfo::default();
+    let view = MetaView::default();
+    let ctx = MetaCtx {
+        source: &source,
+        view: &view,
+        percent: &meta,
     };
-    replace_root(&mut ev, m, buf);
+    replace_root(ctx, &mut ev, m, buf);
     ev
 }
 
@@ -1773,7 +2111,13 @@ mod tests {
         );
         assert!(errs[0].starts_with("t.yaml:3:"), "{errs:?}");
         assert!(errs[0].contains("E103"), "{errs:?}");
-        assert!(errs.iter().all(|e| !e.contains('\n')), "{errs:?}");
+        // As VRL prints it: the program's line, the caret under the
+        // expression, the hint.
+        assert!(
+            errs[0].contains("1 │ .a = parse_json(.message)\n  │ ---- ^^^^^^^^^^^^^^^^^^^^"),
+            "{errs:?}"
+        );
+        assert!(errs[0].contains("parse_json!(.message)"), "{errs:?}");
         let errs = cfg_errors("type: remap\nsource: \".a = (\"\n", KEYS, Config::parse);
         assert!(errs[0].starts_with("t.yaml:2:"), "{errs:?}");
         let errs = cfg_errors(
@@ -1858,7 +2202,14 @@ mod tests {
                 // Adapter, over an event made of the same object.
                 let ev = event_from_vrl(input_map, &empty);
                 let meta = V::Object(ObjectMap::new());
-                let mut target = EventTarget::new(&empty, &ev, &meta);
+                let source = SourceInfo::default();
+                let view = MetaView::default();
+                let ctx = MetaCtx {
+                    source: &source,
+                    view: &view,
+                    percent: &meta,
+                };
+                let mut target = EventTarget::new(&empty, &ev, ctx);
                 target.insert_secret("my_secret", "secret value");
                 target.insert_secret("datadog_api_key", "secret value");
                 let r2 = Runtime::new(RuntimeState::default()).resolve(&mut target, &program, &tz);
@@ -1867,7 +2218,7 @@ mod tests {
                     (Ok(a), Ok(b)) if !ex.deterministic => a.kind_str() == b.kind_str(),
                     (Ok(a), Ok(b)) => {
                         let mut out = Vec::new();
-                        apply(&empty, ev.clone(), outcome, &mut out);
+                        apply(&empty, ctx, ev.clone(), outcome, &mut out);
                         let got: Vec<V> = out.iter().map(|e| event_to_vrl(e, &empty)).collect();
                         let want: Vec<V> = match reference.value.clone() {
                             V::Array(items) => items

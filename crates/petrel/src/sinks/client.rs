@@ -52,15 +52,9 @@ impl Auth {
     }
 }
 
-pub(super) fn env_str(n: Node<'_>, what: &str) -> Option<String> {
-    let raw = n.as_str()?;
-    match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok()) {
-        Ok(s) => Some(s.into_owned()),
-        Err(e) => {
-            n.error(format!("`{what}`: {e}"));
-            None
-        }
-    }
+/// A credential's text (`${VAR}` was expanded when the file was loaded).
+pub(super) fn env_str(n: Node<'_>, _what: &str) -> Option<String> {
+    n.as_str().map(str::to_string)
 }
 
 /// Reads `auth: { strategy: basic | api_key | bearer, ... }`.
@@ -83,10 +77,15 @@ pub fn parse_auth(n: Node<'_>) -> Option<Auth> {
     })
 }
 
-/// An HTTP client with the TLS settings `tls` and the request timeout.
-pub fn build_client(tls: &Tls, timeout: Duration) -> anyhow::Result<reqwest::Client> {
+/// An HTTP client with the TLS settings `tls` and the request timeout;
+/// `owner` names its certificate in the logs and the expiry gauge.
+pub fn build_client(
+    tls: &Tls,
+    timeout: Duration,
+    owner: &crate::tls::Owner,
+) -> anyhow::Result<reqwest::Client> {
     Ok(tls
-        .apply(reqwest::Client::builder().timeout(timeout))?
+        .apply(reqwest::Client::builder().timeout(timeout), owner)?
         .build()?)
 }
 

@@ -29,7 +29,11 @@ static WRITE_LOCK: Mutex<()> = Mutex::new(());
 /// The context written with each refused record.
 #[derive(Debug, Clone, Copy)]
 pub struct Refusal<'a> {
-    /// The HTTP (or protocol) status the destination answered.
+    /// Why the record is here: `refused by the endpoint`, or `retries
+    /// exhausted` (the sink's `retry` limits).
+    pub reason: &'a str,
+    /// The HTTP (or protocol) status the destination answered (0 when
+    /// there was no answer to give up on).
     pub status: u16,
     /// Its answer, as text (at most what the sink kept of it).
     pub answer: &'a str,
@@ -93,7 +97,7 @@ fn line(out: &mut Vec<u8>, record: &[u8], r: Refusal<'_>) {
         serde_json::Value::String(String::from_utf8_lossy(record).into_owned())
     });
     let v = serde_json::json!({
-        "reason": "refused by the endpoint",
+        "reason": r.reason,
         "status": r.status,
         "answer": r.answer,
         "sink": r.sink,
@@ -145,6 +149,7 @@ mod tests {
     use super::*;
 
     const R: Refusal<'static> = Refusal {
+        reason: "refused by the endpoint",
         status: 400,
         answer: "bad",
         sink: "p/s",

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use petrel_core::config::Map;
-use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
+use petrel_core::encode::{write_json_str, EncodeStats, JsonShape};
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::{ComponentMetrics, EventBatch};
 use prometheus_client::metrics::counter::Counter;
@@ -53,6 +53,7 @@ pub const KEYS: &[&str] = &[
     "mode",
     "data_stream",
     "dead_letter",
+    "retry",
     "compression",
     "auth",
     "tls",
@@ -60,6 +61,11 @@ pub const KEYS: &[&str] = &[
     "batch",
     "timeout_ms",
     "max_in_flight_requests",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -105,6 +111,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         doc: r#"With `mode: data_stream` only; each part may be a template."#,
     },
     crate::sinks::http::DEAD_LETTER_DOC,
+    crate::sinks::http::RETRY_DOC,
     petrel_core::plugin::KeyDoc {
         name: "compression",
         kind: petrel_core::plugin::KeyKind::OneOf(&["none", "gzip"]),
@@ -127,6 +134,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     crate::sinks::http::batch_doc(r#"{max_bytes: 5MiB, max_events: 10000, timeout_ms: 1000}"#),
     crate::sinks::http::timeout_doc(r#"60000"#),
     crate::sinks::http::max_in_flight_doc(r#"8"#),
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// The bulk operation each event becomes.
@@ -169,6 +181,8 @@ pub struct ElasticsearchConfig {
     pub id: DocId,
     /// Where refused documents are written.
     pub dead_letter: Option<std::path::PathBuf>,
+    /// When transient failures are given up (into `dead_letter`).
+    pub retry: super::driver::RetryLimit,
     /// Request body compression.
     pub compression: Compression,
     /// Credentials.
@@ -187,6 +201,8 @@ pub struct ElasticsearchConfig {
     pub timeout: Duration,
     /// Upper bound of the congestion window, in requests.
     pub max_in_flight: usize,
+    /// What each document holds: the fields, their names and shape.
+    pub output: Arc<petrel_core::schema::Output>,
 }
 
 impl ElasticsearchConfig {
@@ -194,7 +210,8 @@ impl ElasticsearchConfig {
     pub fn parse(map: Map<'_>) -> Option<Self> {
         let ep_node = map.required("endpoints", "[\"http://127.0.0.1:9200\"]")?;
         let mut endpoints = Vec::new();
-        for (text, n) in ep_node.as_str_list() {
+        let listed = ep_node.as_str_list();
+        for (text, n) in &listed {
             match reqwest::Url::parse(text) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => endpoints.push(u),
                 Ok(u) => n.error(format!(
@@ -203,6 +220,10 @@ impl ElasticsearchConfig {
                 )),
                 Err(e) => n.error(format!("`{text}` is not a valid URL ({e})")),
             }
+        }
+        if endpoints.len() < listed.len() {
+            // Each bad URL was reported where it stands.
+            return None;
         }
         if endpoints.is_empty() {
             ep_node.error("`endpoints` needs at least one URL, e.g. `[\"http://127.0.0.1:9200\"]`");
@@ -277,12 +298,16 @@ impl ElasticsearchConfig {
         let (max_bytes, max_events, linger) =
             super::http::parse_batch(&map, (5 << 20, 10_000, 1000));
         let dead_letter = super::http::parse_dead_letter(&map, "/var/lib/petrel/es-dead.ndjson")?;
+        let retry = super::http::parse_retry(&map, &dead_letter)?;
+        let output = Arc::new(super::parse_output(&map, true)?);
         Some(Self {
+            output,
             endpoints,
             index,
             mode,
             id,
             dead_letter,
+            retry,
             compression,
             auth,
             tls,
@@ -349,7 +374,8 @@ fn bulk_url(base: &reqwest::Url, pipeline: Option<&str>) -> reqwest::Url {
 impl ElasticsearchSink {
     /// Builds the HTTP client (TLS settings, timeouts).
     pub fn new(c: &ElasticsearchConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
-        let client = super::client::build_client(&c.tls, c.timeout)?;
+        let client =
+            super::client::build_client(&c.tls, c.timeout, &crate::tls::Owner::of(&metrics))?;
         let endpoints = c
             .endpoints
             .iter()
@@ -426,10 +452,12 @@ impl Sink for ElasticsearchSink {
         let mut now_text = Vec::with_capacity(32);
         petrel_time::write_rfc3339(now, &mut now_text);
         let shape = JsonShape {
-            time_key: "@timestamp",
+            time_key: Some("@timestamp"),
             default_time: Some(&now_text),
+            default_ns: Some(now),
             skip: &[],
         };
+        let plan = self.config.output.plan(&batch.source);
         // A name without fields depends only on the time, to the second:
         // rendered and escaped once per second that occurs in the batch
         // rather than once per event (most events share one).
@@ -477,7 +505,7 @@ impl Sink for ElasticsearchSink {
                 }
             }
             bytes.extend_from_slice(b"}}\n");
-            write_event_json(batch, ev, shape, bytes, &mut stats);
+            plan.write_json(batch, ev, shape, bytes, &mut stats);
             bytes.push(b'\n');
             out.record_ends.push(bytes.len() as u32);
         }
@@ -502,7 +530,8 @@ impl Sink for ElasticsearchSink {
             self.endpoints[0].base.to_string(),
             c.dead_letter.clone(),
         )
-        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight)
+        .retry(c.retry);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }

@@ -13,7 +13,23 @@ use petrel_core::{ComponentMetrics, EventBatch};
 use super::writer::{self, Target};
 
 /// Keys accepted by the file sink.
-pub const KEYS: &[&str] = &["type", "id", "path", "encoding", "fsync", "read_back"];
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "path",
+    "encoding",
+    "fsync",
+    "read_back",
+    "owner",
+    "group",
+    "mode",
+    "max_open_files",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
+];
 
 /// What this plugin does, for the component reference.
 pub const DOC: &str = r#"Appends events to a file and acknowledges after the write (and the fsync, if set); a failed write is retried with backoff and a torn group is cut back before the retry."#;
@@ -26,7 +42,31 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "path",
         kind: petrel_core::plugin::KeyKind::String,
         default: None,
-        doc: r#"Required: the output file, appended to; parent directories are created. FIFOs, sockets and directories are refused."#,
+        doc: r#"Required: the output file, appended to; parent directories are created. FIFOs, sockets and directories are refused. A template (`/var/log/remote/{{ host }}/{{ app_name }}.log`, rsyslog's dynaFile) writes each event to the file its fields name: `/` in a value becomes `_` (a value cannot add directories), a missing field `unknown` (counted, `template_field_missing`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "owner",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"User (name or number) that files the sink creates belong to (the agent must be allowed to `chown`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "group",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Group (name or number) of the files the sink creates."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "mode",
+        kind: petrel_core::plugin::KeyKind::String,
+        default: None,
+        doc: r#"Permission bits of the files the sink creates, in octal (`"0640"`); default 0666 less the umask."#,
+    },
+    petrel_core::plugin::KeyDoc {
+        name: "max_open_files",
+        kind: petrel_core::plugin::KeyKind::Int,
+        default: Some(r#"256"#),
+        doc: r#"With a templated `path`: files kept open at once; beyond it the least recently written is closed (and opened again when an event goes there)."#,
     },
     ENCODING_DOC,
     petrel_core::plugin::KeyDoc {
@@ -41,6 +81,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"false"#),
         doc: r#"`true`: file sources of other pipelines may read this file (chaining pipelines through a file); a source of the same pipeline never reads it."#,
     },
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// The `encoding` key, documented once for every plugin that reads it.
@@ -58,6 +103,13 @@ pub struct FileSinkConfig {
     /// Other pipelines' file sources may read this file (chaining
     /// pipelines through a file). Without it every file source skips it.
     pub read_back: bool,
+    /// `path` as a template, when it names fields: each event to the
+    /// file they name.
+    pub template: Option<super::template::Template>,
+    /// Owner, group and mode of the files the sink creates.
+    pub ownership: super::files::Ownership,
+    /// Files open at once with a templated path.
+    pub max_open_files: usize,
 }
 
 impl FileSinkConfig {
@@ -69,7 +121,12 @@ impl FileSinkConfig {
             return None;
         }
         let resolved = crate::paths::resolve_path(map.node(), path);
-        if let Some(what) = refuse_kind(&resolved) {
+        let what = if petrel_core::config::host_checks() && !path.contains("{{") {
+            refuse_kind(&resolved)
+        } else {
+            None
+        };
+        if let Some(what) = what {
             if let Some(n) = map.get("path") {
                 n.error(format!(
                     "`{path}` is {what}; the file sink writes regular files (or devices such as /dev/null)"
@@ -77,11 +134,73 @@ impl FileSinkConfig {
             }
             return None;
         }
+        let template = if path.contains("{{") {
+            let node = map.get("path")?;
+            let abs = resolved.to_string_lossy().into_owned();
+            Some(super::template::Template::parse(&abs, node)?)
+        } else {
+            None
+        };
+        let mut ok = true;
+        let mode = match map.get("mode") {
+            None => None,
+            Some(n) => {
+                let text = n.as_str()?;
+                match u32::from_str_radix(text.trim_start_matches("0o"), 8) {
+                    Ok(m) if m <= 0o7777 => Some(m),
+                    _ => {
+                        n.error(format!(
+                            "`mode` is permission bits in octal, such as `\"0640\"`; found `{text}`"
+                        ));
+                        ok = false;
+                        None
+                    }
+                }
+            }
+        };
+        let mut id_of = |key: &str, look: fn(&str) -> Option<u32>| -> Option<u32> {
+            let n = map.get(key)?;
+            let name = n.as_str()?;
+            // Names are the host's: not checked with `validate --offline`.
+            if !petrel_core::config::host_checks() {
+                return name.parse().ok();
+            }
+            let id = look(name);
+            if id.is_none() {
+                n.error(format!(
+                    "no {key} `{name}` on this host; give a name the host knows, or a number"
+                ));
+                ok = false;
+            }
+            id
+        };
+        let uid = id_of("owner", super::files::user_id);
+        let gid = id_of("group", super::files::group_id);
+        let max_open_files = map.u64("max_open_files", false).unwrap_or(256);
+        if max_open_files == 0 || max_open_files > 1 << 20 {
+            if let Some(n) = map.get("max_open_files") {
+                n.error("`max_open_files` must be between 1 and 1048576");
+            }
+            ok = false;
+        }
+        if template.is_none() && map.get("max_open_files").is_some() {
+            if let Some(n) = map.get("max_open_files") {
+                n.error("`max_open_files` applies to a templated `path` (with `{{ field }}`)");
+            }
+            ok = false;
+        }
+        let encoding = super::parse_encoding(&map)?;
+        if !ok {
+            return None;
+        }
         Some(Self {
-            path: crate::paths::resolve_path(map.node(), path),
-            encoding: super::parse_encoding(&map)?,
+            path: resolved,
+            encoding,
             fsync: map.bool("fsync").unwrap_or(false),
             read_back: map.bool("read_back").unwrap_or(false),
+            template,
+            ownership: super::files::Ownership { mode, uid, gid },
+            max_open_files: max_open_files as usize,
         })
     }
 }
@@ -245,6 +364,13 @@ impl Target for OutFile {
 impl FileSink {
     /// Opens (creating if needed) the output file for appending.
     pub fn new(c: &FileSinkConfig, metrics: ComponentMetrics) -> anyhow::Result<Self> {
+        let o = &c.ownership;
+        if (o.mode.is_some() || o.uid.is_some() || o.gid.is_some()) && !c.path.exists() {
+            // Created with the sink's ownership; kept as they are after.
+            drop(super::files::open_created(&c.path, o).map_err(|e| {
+                anyhow::anyhow!("file sink: cannot create {}: {e}", c.path.display())
+            })?);
+        }
         let file = OutFile::open(&c.path)
             .map_err(|e| anyhow::anyhow!("file sink: cannot open {}: {e}", c.path.display()))?;
         Ok(Self {
@@ -293,6 +419,16 @@ impl petrel_core::plugin::SinkConfig for FileSinkConfig {
         &self,
         metrics: ComponentMetrics,
     ) -> anyhow::Result<std::sync::Arc<dyn petrel_core::plugin::Sink>> {
+        if let Some(t) = &self.template {
+            return Ok(std::sync::Arc::new(super::files::TemplatedFileSink::new(
+                t.clone(),
+                self.encoding.clone(),
+                self.fsync,
+                self.ownership.clone(),
+                self.max_open_files,
+                metrics,
+            )));
+        }
         Ok(std::sync::Arc::new(FileSink::new(self, metrics)?))
     }
 

@@ -48,6 +48,13 @@ pub const KEYS: &[&str] = &[
     "timeout_ms",
     "max_in_flight_requests",
     "dead_letter",
+    "retry",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
+    "tls",
 ];
 
 /// What this plugin does, for the component reference.
@@ -61,8 +68,9 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "url",
         kind: petrel_core::plugin::KeyKind::String,
         default: None,
-        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots)."#,
+        doc: r#"Required: an `http://` or `https://` endpoint (TLS by rustls, Mozilla roots and `tls`)."#,
     },
+    crate::sinks::tls::TLS_DOC,
     petrel_core::plugin::KeyDoc {
         name: "encoding",
         kind: petrel_core::plugin::KeyKind::OneOf(&["ndjson", "json_array"]),
@@ -80,6 +88,12 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     crate::sinks::http::timeout_doc(r#"30000"#),
     crate::sinks::http::max_in_flight_doc(r#"16"#),
     DEAD_LETTER_DOC,
+    RETRY_DOC,
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// The `headers` key, documented once for every plugin that reads it.
@@ -146,6 +160,8 @@ pub struct HttpSinkConfig {
     pub url: reqwest::Url,
     /// Body layout.
     pub encoding: BodyEncoding,
+    /// What each record holds: the fields, their names and shape.
+    pub output: Arc<petrel_core::schema::Output>,
     /// Body compression.
     pub compression: Compression,
     /// Extra headers, `${ENV}` expanded.
@@ -162,6 +178,10 @@ pub struct HttpSinkConfig {
     pub max_in_flight: usize,
     /// Where records the endpoint refuses (400, 413, 422, ...) are written.
     pub dead_letter: Option<std::path::PathBuf>,
+    /// When transient failures are given up (into `dead_letter`).
+    pub retry: super::driver::RetryLimit,
+    /// TLS of an `https://` endpoint.
+    pub tls: super::tls::Tls,
 }
 
 impl HttpSinkConfig {
@@ -197,13 +217,24 @@ impl HttpSinkConfig {
             None => Compression::None,
         };
         let headers = parse_headers(&map);
+        let output = Arc::new(super::parse_output(&map, true)?);
         let (max_bytes, max_events, linger) =
             super::http::parse_batch(&map, (1 << 20, 10_000, 1000));
         let dead_letter =
             super::http::parse_dead_letter(&map, "/var/lib/petrel/dead-letter.ndjson")?;
+        let retry = super::http::parse_retry(&map, &dead_letter)?;
+        let tls = match map.get("tls") {
+            Some(n) => super::tls::parse_tls(n)?,
+            None => super::tls::Tls {
+                verify: true,
+                ..Default::default()
+            },
+        };
         Some(Self {
+            tls,
             url,
             encoding,
+            output,
             compression,
             headers,
             max_bytes,
@@ -215,6 +246,7 @@ impl HttpSinkConfig {
                 .unwrap_or(16)
                 .clamp(1, 1024) as usize,
             dead_letter,
+            retry,
         })
     }
 }
@@ -260,6 +292,56 @@ pub(super) fn parse_dead_letter(
     }
 }
 
+/// The `retry` key of the request sinks, documented once.
+pub const RETRY_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "retry",
+    kind: petrel_core::plugin::KeyKind::Map,
+    default: None,
+    doc: r#"`{max_attempts, max_duration}` (e.g. `{max_attempts: 5, max_duration: 10m}`): a request that keeps failing transiently (no answer, 408, 429, 5xx) is given up after this many attempts or this long after its first failure, and its records go to `dead_letter` (required with `retry`) with the reason `retries exhausted`, counted in `discarded_events_total{reason="retries_exhausted"}`; the source goes on. Without it a request is retried until it is delivered. Held requests (401, 403, 404) wait for an operator either way."#,
+};
+
+/// Reads `retry:`; limits need a `dead_letter` file, where what they give
+/// up on goes (reported at the key otherwise).
+pub(super) fn parse_retry(
+    map: &Map<'_>,
+    dead_letter: &Option<std::path::PathBuf>,
+) -> Option<super::driver::RetryLimit> {
+    let Some(n) = map.get("retry") else {
+        return Some(Default::default());
+    };
+    if n.as_map_quiet().is_none() {
+        n.error("`retry` is a mapping, e.g. `retry: {max_attempts: 5, max_duration: 10m}`");
+        return None;
+    }
+    let m = n.as_map(&["max_attempts", "max_duration"])?;
+    let max_attempts = match m.get("max_attempts") {
+        None => None,
+        Some(a) => match a.as_u64(false)? {
+            0 => {
+                a.error("`max_attempts` counts the first attempt too: at least 1");
+                return None;
+            }
+            v => Some(v.min(u32::MAX as u64) as u32),
+        },
+    };
+    let max_duration = match m.get("max_duration") {
+        None => None,
+        Some(d) => Some(d.as_duration()?),
+    };
+    if max_attempts.is_none() && max_duration.is_none() {
+        n.error("`retry` needs `max_attempts`, `max_duration` or both");
+        return None;
+    }
+    if dead_letter.is_none() {
+        n.error("`retry` limits set records aside when they are reached: add `dead_letter: /var/lib/petrel/dead-letter.ndjson` (nothing is dropped silently), or remove `retry` to retry until delivered");
+        return None;
+    }
+    Some(super::driver::RetryLimit {
+        max_attempts,
+        max_duration,
+    })
+}
+
 /// Reads `headers:` (a map of names to values, `${ENV}` expanded);
 /// invalid entries are reported and left out.
 pub(super) fn parse_headers(map: &Map<'_>) -> Vec<(String, String)> {
@@ -269,15 +351,7 @@ pub(super) fn parse_headers(map: &Map<'_>) -> Vec<(String, String)> {
             Some(hm) => {
                 for (k, v) in hm.entries() {
                     let Some(raw) = v.as_str() else { continue };
-                    let value =
-                        match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok())
-                        {
-                            Ok(s) => s.into_owned(),
-                            Err(e) => {
-                                v.error(format!("header `{k}`: {e}"));
-                                continue;
-                            }
-                        };
+                    let value = raw.to_string();
                     if HeaderName::from_bytes(k.as_bytes()).is_err() {
                         v.error(format!("`{k}` is not a valid header name"));
                     } else if HeaderValue::from_str(&value).is_err() {
@@ -300,6 +374,8 @@ pub(super) fn parse_headers(map: &Map<'_>) -> Vec<(String, String)> {
 /// The running HTTP sink.
 pub struct HttpSink {
     config: HttpSinkConfig,
+    /// `ndjson` with the sink's output: each record's JSON.
+    ndjson: Encoding,
     client: reqwest::Client,
     metrics: ComponentMetrics,
 }
@@ -314,12 +390,18 @@ impl HttpSink {
                 HeaderValue::from_str(v)?,
             );
         }
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(c.timeout)
+        let client = c
+            .tls
+            .apply(
+                reqwest::Client::builder()
+                    .default_headers(headers)
+                    .timeout(c.timeout),
+                &crate::tls::Owner::of(&metrics),
+            )?
             .build()?;
         Ok(Self {
             config: c.clone(),
+            ndjson: Encoding::Ndjson(c.output.clone()),
             client,
             metrics,
         })
@@ -374,7 +456,7 @@ impl RequestSink for HttpSink {
 impl Sink for HttpSink {
     fn encode(&self, batch: &EventBatch, out: &mut Encoded) {
         out.invalid_utf8 = encode_batch(
-            &Encoding::Ndjson,
+            &self.ndjson,
             batch,
             &mut out.bytes,
             Some(&mut out.record_ends),
@@ -385,7 +467,8 @@ impl Sink for HttpSink {
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
         let c = &self.config;
         let settings = Settings::new(self.framing(), c.url.to_string(), c.dead_letter.clone())
-            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight)
+            .retry(c.retry);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }

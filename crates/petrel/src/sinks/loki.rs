@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use petrel_core::config::Map;
-use petrel_core::encode::{write_event_json, write_json_str, EncodeStats, JsonShape};
+use petrel_core::encode::{write_json_str, EncodeStats, JsonShape};
 use petrel_core::plugin::{BoxFuture, Encoded, PayloadReceiver, Sink};
 use petrel_core::LazyCounter;
 use petrel_core::{ComponentMetrics, EventBatch};
@@ -67,11 +67,17 @@ pub const KEYS: &[&str] = &[
     "auth",
     "tls",
     "dead_letter",
+    "retry",
     "max_streams",
     "out_of_order",
     "batch",
     "timeout_ms",
     "max_in_flight_requests",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -144,6 +150,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     },
     crate::sinks::tls::TLS_DOC,
     crate::sinks::http::DEAD_LETTER_DOC,
+    crate::sinks::http::RETRY_DOC,
     petrel_core::plugin::KeyDoc {
         name: "max_streams",
         kind: petrel_core::plugin::KeyKind::Int,
@@ -159,6 +166,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     crate::sinks::http::batch_doc(r#"{max_bytes: 1MiB, max_events: 10000, timeout_ms: 1000}"#),
     crate::sinks::http::timeout_doc(r#"30000"#),
     crate::sinks::http::max_in_flight_doc(r#"8"#),
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// The value every label of an event over the cardinality guard gets.
@@ -227,6 +239,8 @@ pub struct LokiConfig {
     pub tls: Tls,
     /// Where refused entries are written.
     pub dead_letter: Option<std::path::PathBuf>,
+    /// When transient failures are given up (into `dead_letter`).
+    pub retry: super::driver::RetryLimit,
     /// Most label sets in use at once.
     pub max_streams: usize,
     /// Entries older than their stream's newest sent entry.
@@ -241,6 +255,9 @@ pub struct LokiConfig {
     pub timeout: Duration,
     /// Upper bound of the congestion window, in requests.
     pub max_in_flight: usize,
+    /// What a JSON line holds (and which structured metadata pairs are
+    /// written): the fields, their names and shape.
+    pub output: Arc<petrel_core::schema::Output>,
 }
 
 /// Loki label names: `[a-zA-Z_][a-zA-Z0-9_]*`.
@@ -373,7 +390,10 @@ impl LokiConfig {
         let (max_bytes, max_events, linger) =
             super::http::parse_batch(&map, (1 << 20, 10_000, 1000));
         let dead_letter = super::http::parse_dead_letter(&map, "/var/lib/petrel/loki-dead.ndjson")?;
+        let retry = super::http::parse_retry(&map, &dead_letter)?;
+        let output = Arc::new(super::parse_output(&map, true)?);
         Some(Self {
+            output,
             url,
             encoding,
             compression,
@@ -386,6 +406,7 @@ impl LokiConfig {
             auth,
             tls,
             dead_letter,
+            retry,
             max_streams,
             out_of_order,
             max_bytes,
@@ -482,7 +503,11 @@ impl LokiSink {
         };
         Ok(Self {
             config: c.clone(),
-            client: super::client::build_client(&c.tls, c.timeout)?,
+            client: super::client::build_client(
+                &c.tls,
+                c.timeout,
+                &crate::tls::Owner::of(&metrics),
+            )?,
             streams: parking_lot::Mutex::new(Streams {
                 map: HashMap::new(),
                 last_sweep: Instant::now(),
@@ -579,10 +604,12 @@ impl Sink for LokiSink {
         let enc = self.config.encoding;
         let skip: Vec<&str> = self.label_fields.iter().map(String::as_str).collect();
         let shape = JsonShape {
-            time_key: "timestamp",
+            time_key: None,
             default_time: None,
+            default_ns: None,
             skip: &skip,
         };
+        let plan = self.config.output.plan(&batch.source);
         let mut stats = EncodeStats::default();
         let mut labels: Vec<u8> = Vec::with_capacity(128);
         let mut overflow_labels: Vec<u8> = Vec::new();
@@ -632,7 +659,7 @@ impl Sink for LokiSink {
             // The line.
             line.clear();
             match self.config.line_format {
-                LineFormat::Json => write_event_json(batch, ev, shape, &mut line, &mut stats),
+                LineFormat::Json => plan.write_json(batch, ev, shape, &mut line, &mut stats),
                 LineFormat::Text => match batch.bytes_of(&ev.message) {
                     Some(b) => match std::str::from_utf8(b) {
                         Ok(_) => line.extend_from_slice(b),
@@ -658,6 +685,9 @@ impl Sink for LokiSink {
             meta.clear();
             let mut pairs = 0;
             for (name, t) in &self.config.structured_metadata {
+                if !self.config.output.selects(name) {
+                    continue;
+                }
                 if !t.render(ev, batch, &mut value) || value.is_empty() {
                     continue;
                 }
@@ -729,7 +759,8 @@ impl Sink for LokiSink {
     fn run(self: Arc<Self>, rx: PayloadReceiver) -> BoxFuture {
         let c = &self.config;
         let settings = Settings::new(Framing::NDJSON, c.url.to_string(), c.dead_letter.clone())
-            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+            .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight)
+            .retry(c.retry);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }

@@ -72,6 +72,12 @@ pub const KEYS: &[&str] = &[
     "timeout_ms",
     "max_in_flight_requests",
     "dead_letter",
+    "retry",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -127,6 +133,12 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     crate::sinks::http::timeout_doc(r#"30000"#),
     crate::sinks::http::max_in_flight_doc(r#"16"#),
     crate::sinks::http::DEAD_LETTER_DOC,
+    crate::sinks::http::RETRY_DOC,
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// Event fields through which the `opentelemetry` source hands over what
@@ -209,6 +221,11 @@ pub struct OtlpSinkConfig {
     pub max_in_flight: usize,
     /// Where refused records are written.
     pub dead_letter: Option<std::path::PathBuf>,
+    /// When transient failures are given up (into `dead_letter`).
+    pub retry: super::driver::RetryLimit,
+    /// How the metadata is named (`otel` by default: semantic
+    /// conventions, into the resource) and which fields are written.
+    pub output: Arc<petrel_core::schema::Output>,
 }
 
 impl OtlpSinkConfig {
@@ -286,11 +303,8 @@ impl OtlpSinkConfig {
             match n.as_map_quiet() {
                 Some(m) => {
                     for (k, v) in m.entries() {
-                        let Some(raw) = v.as_str() else { continue };
-                        match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok())
-                        {
-                            Ok(s) => resource.push((k.to_string(), s.into_owned())),
-                            Err(e) => v.error(format!("resource `{k}`: {e}")),
+                        if let Some(value) = v.as_str() {
+                            resource.push((k.to_string(), value.to_string()));
                         }
                     }
                 }
@@ -302,7 +316,14 @@ impl OtlpSinkConfig {
         let (max_bytes, max_events, linger) =
             super::http::parse_batch(&map, (1 << 20, 10_000, 1000));
         let dead_letter = super::http::parse_dead_letter(&map, "/var/lib/petrel/otlp-dead.ndjson")?;
+        let retry = super::http::parse_retry(&map, &dead_letter)?;
+        let output = Arc::new(super::parse_output_for(
+            &map,
+            true,
+            petrel_core::schema::Layout::Otel,
+        )?);
         Some(Self {
+            output,
             endpoint,
             protocol,
             encoding,
@@ -319,6 +340,7 @@ impl OtlpSinkConfig {
                 .unwrap_or(16)
                 .clamp(1, 1024) as usize,
             dead_letter,
+            retry,
         })
     }
 }
@@ -351,30 +373,6 @@ pub fn severity_number(level: &str) -> i32 {
     } else {
         0
     }
-}
-
-/// The semantic-convention name of a metadata field the sources set.
-fn resource_key(meta: &str) -> std::borrow::Cow<'_, str> {
-    use std::borrow::Cow;
-    Cow::Borrowed(match meta {
-        "host" => "host.name",
-        "k8s.namespace" => "k8s.namespace.name",
-        "k8s.pod_name" => "k8s.pod.name",
-        "k8s.pod_uid" => "k8s.pod.uid",
-        "k8s.container_name" => "k8s.container.name",
-        "k8s.restart_count" => "k8s.container.restart_count",
-        "k8s.node_name" => "k8s.node.name",
-        "container.image" => "container.image.name",
-        _ => {
-            if let Some(l) = meta.strip_prefix("k8s.labels.") {
-                return Cow::Owned(format!("k8s.pod.label.{l}"));
-            }
-            if let Some(a) = meta.strip_prefix("k8s.annotations.") {
-                return Cow::Owned(format!("k8s.pod.annotation.{a}"));
-            }
-            meta
-        }
-    })
 }
 
 fn string_value(s: String) -> AnyValue {
@@ -462,16 +460,27 @@ struct Grouping<'a> {
 /// it alone.
 pub struct Mapper {
     resource: Vec<(String, String)>,
+    output: Arc<petrel_core::schema::Output>,
 }
 
 impl Mapper {
-    /// A mapper adding `resource` to every derived resource.
-    pub fn new(resource: Vec<(String, String)>) -> Self {
-        Self { resource }
+    /// A mapper adding `resource` to every derived resource, with the
+    /// metadata named and selected as `output` says (in the resource).
+    pub fn new(resource: Vec<(String, String)>, output: Arc<petrel_core::schema::Output>) -> Self {
+        Self { resource, output }
     }
 
-    /// The resource of events of `batch` without a `resource` field.
-    fn derived_resource(&self, batch: &EventBatch, service: Option<String>) -> Resource {
+    /// The resource of an event `ev` of `batch` without a `resource`
+    /// field: the batch's metadata as the event has it, in the output's
+    /// names (semantic conventions by default, as the Collector's
+    /// `k8sattributes` and `filelog` put them), then `resource:`.
+    fn derived_resource(
+        &self,
+        plan: &petrel_core::schema::Plan<'_>,
+        batch: &EventBatch,
+        ev: &Event,
+        service: Option<String>,
+    ) -> Resource {
         let mut attrs: Vec<KeyValue> = Vec::new();
         let put = |attrs: &mut Vec<KeyValue>, k: &str, v: String| {
             if let Some(slot) = attrs.iter_mut().find(|kv| kv.key == k) {
@@ -484,12 +493,24 @@ impl Mapper {
                 });
             }
         };
-        for (k, v) in batch.source.meta.iter() {
-            put(&mut attrs, &resource_key(k), v.to_string());
-        }
-        if !batch.source.path.is_empty() {
-            put(&mut attrs, "log.file.path", batch.source.path.to_string());
-        }
+        plan.for_each_meta(batch, ev, |name, value, resource| {
+            if !resource {
+                return;
+            }
+            let v = match value {
+                petrel_core::schema::MetaValue::Text(t) => string_value(t.to_string()),
+                petrel_core::schema::MetaValue::Own(v) => any_value(batch, v),
+            };
+            if let Some(slot) = attrs.iter_mut().find(|kv| kv.key == name) {
+                slot.value = Some(v);
+            } else {
+                attrs.push(KeyValue {
+                    key: name,
+                    value: Some(v),
+                    ..Default::default()
+                });
+            }
+        });
         for (k, v) in &self.resource {
             put(&mut attrs, k, v.clone());
         }
@@ -508,11 +529,19 @@ impl Mapper {
         // events of a batch share them.
         let mut last_key: Option<(Option<Value>, Option<Value>, Option<Value>)> = None;
         let mut header: Vec<u8> = Vec::new();
+        let plan = self.output.plan(&batch.source);
         for ev in &batch.events {
             let g = grouping(ev);
             // Events from the opentelemetry source carry their resource
-            // and scope; they are encoded per event (rare to be mixed).
-            let simple = g.resource.is_none() && g.scope.is_none();
+            // and scope; they are encoded per event (rare to be mixed), as
+            // are events whose metadata a processor changed.
+            let simple = g.resource.is_none()
+                && g.scope.is_none()
+                && ev.hidden.is_empty()
+                && !ev
+                    .fields
+                    .iter()
+                    .any(|(k, _)| batch.source.find(k).is_some());
             let key = (
                 g.service.cloned(),
                 g.resource_schema_url.cloned(),
@@ -525,7 +554,12 @@ impl Mapper {
                         attributes: key_values(batch, attrs),
                         ..Default::default()
                     },
-                    None => self.derived_resource(batch, g.service.and_then(|v| text(batch, v))),
+                    None => self.derived_resource(
+                        &plan,
+                        batch,
+                        ev,
+                        g.service.and_then(|v| text(batch, v)),
+                    ),
                 };
                 let rl = ResourceLogs {
                     resource: Some(resource),
@@ -550,7 +584,15 @@ impl Mapper {
                 last_key = if simple { Some(key) } else { None };
             }
             out.bytes.extend_from_slice(&header);
-            write_record(batch, ev, &g, now, &mut out.bytes, &mut out.invalid_utf8);
+            write_record(
+                &plan,
+                batch,
+                ev,
+                &g,
+                now,
+                &mut out.bytes,
+                &mut out.invalid_utf8,
+            );
             // A sentinel: the request builder strips one trailing newline
             // from every record.
             out.bytes.push(b'\n');
@@ -598,6 +640,7 @@ fn grouping(ev: &Event) -> Grouping<'_> {
 /// the profile (BENCHMARKS.md §22). The resource and scope headers,
 /// once per group, still go through prost.
 fn write_record(
+    plan: &petrel_core::schema::Plan<'_>,
     batch: &EventBatch,
     ev: &Event,
     g: &Grouping<'_>,
@@ -607,9 +650,25 @@ fn write_record(
 ) {
     use fields::*;
     use wire::*;
-    if !matches!(ev.message, Value::Null) {
+    if !matches!(ev.message, Value::Null) && plan.message_selected() {
         write_any_value_field(out, 5, batch, &ev.message, invalid_utf8);
     }
+    // Metadata the Collector keeps on the record (`log.file.path`,
+    // `log.iostream`), not in the resource.
+    plan.for_each_meta(batch, ev, |name, value, resource| {
+        if resource {
+            return;
+        }
+        match value {
+            petrel_core::schema::MetaValue::Text(t) => {
+                let v = Value::Str(t.into());
+                write_key_value(out, 6, batch, &name, &v, invalid_utf8);
+            }
+            petrel_core::schema::MetaValue::Own(v) => {
+                write_key_value(out, 6, batch, &name, v, invalid_utf8)
+            }
+        }
+    });
     let mut observed = now;
     let mut number: i32 = 0;
     let mut severity_text: Option<&Value> = None;
@@ -677,7 +736,9 @@ fn write_record(
             }
             _ => false,
         };
-        if !done {
+        // Own fields that took a metadata entry's place went into the
+        // resource with it; fields the output leaves out are not written.
+        if !done && plan.own_selected(batch, k) {
             write_key_value(out, 6, batch, k, v, invalid_utf8);
         }
     }
@@ -1297,7 +1358,7 @@ impl OtlpSink {
                 let b = reqwest::Client::builder()
                     .default_headers(headers)
                     .timeout(c.timeout);
-                http = Some(c.tls.apply(b)?.build()?);
+                http = Some(c.tls.apply(b, &crate::tls::Owner::of(&metrics))?.build()?);
             }
             Protocol::Grpc => {
                 let mut ep = tonic::transport::Endpoint::from_shared(c.endpoint.to_string())?
@@ -1334,7 +1395,7 @@ impl OtlpSink {
         }
         Ok(Self {
             config: c.clone(),
-            mapper: Mapper::new(c.resource.clone()),
+            mapper: Mapper::new(c.resource.clone(), c.output.clone()),
             http,
             grpc,
             channel: std::sync::OnceLock::new(),
@@ -1547,7 +1608,8 @@ impl Sink for OtlpSink {
             c.endpoint.to_string(),
             c.dead_letter.clone(),
         )
-        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight);
+        .limits(c.max_bytes, c.max_events, c.linger, c.max_in_flight)
+        .retry(c.retry);
         let metrics = self.metrics.clone();
         driver::run(self, rx, settings, metrics)
     }
@@ -1590,6 +1652,14 @@ mod tests {
     use opentelemetry_proto::tonic::logs::v1::LogRecord;
     use petrel_core::config::{parse_yaml, ConfigErrors, Node};
     use petrel_core::{Key, SourceInfo, Span};
+
+    /// The sink's default output: metadata in semantic-convention names.
+    fn otel() -> Arc<petrel_core::schema::Output> {
+        Arc::new(petrel_core::schema::Output {
+            layout: petrel_core::schema::Layout::Otel,
+            ..Default::default()
+        })
+    }
 
     fn config(yaml: &str) -> Result<OtlpSinkConfig, String> {
         let f: Arc<str> = "t.yaml".into();
@@ -1714,7 +1784,7 @@ mod tests {
         );
         b.events.push(e);
         let mut out = Encoded::default();
-        Mapper::new(Vec::new()).encode(&b, &mut out, 9);
+        Mapper::new(Vec::new(), otel()).encode(&b, &mut out, 9);
         assert_eq!(out.invalid_utf8, 1);
         let req = decode_all(&out);
         let got = &req.resource_logs[0].scope_logs[0].log_records[0];
@@ -1730,6 +1800,8 @@ mod tests {
             severity_number: -7,
             body: Some(av(Some(s(&longer)))),
             attributes: vec![
+                // The Collector keeps the file's path on the record.
+                kv("log.file.path", Some(s("/l.log"))),
                 kv("bad", Some(s("bad \u{fffd} byte"))),
                 kv("long", Some(s(&long))),
                 kv("neg", Some(V::IntValue(-3))),
@@ -1806,7 +1878,10 @@ mod tests {
 
     #[test]
     fn events_become_typed_records_grouped_by_resource() {
-        let m = Mapper::new(vec![("deployment.environment".into(), "prod".into())]);
+        let m = Mapper::new(
+            vec![("deployment.environment".into(), "prod".into())],
+            otel(),
+        );
         let mut out = Encoded::default();
         m.encode(&batch(), &mut out, 99);
         assert_eq!(out.record_ends.len(), 3);
@@ -1821,10 +1896,8 @@ mod tests {
         assert_eq!(attr(ra, "k8s.pod.uid"), Some(&s("0c6a")));
         assert_eq!(attr(ra, "k8s.container.name"), Some(&s("cart")));
         assert_eq!(attr(ra, "container.id"), Some(&s("abc123")));
-        assert_eq!(
-            attr(ra, "log.file.path"),
-            Some(&s("/var/log/pods/cart.log"))
-        );
+        // As the Collector's `filelog` puts it: on each record.
+        assert_eq!(attr(ra, "log.file.path"), None);
         assert_eq!(attr(ra, "deployment.environment"), Some(&s("prod")));
         assert_eq!(attr(ra, "service.name"), None);
         let recs = &r0.scope_logs[0].log_records;
@@ -1839,6 +1912,10 @@ mod tests {
         );
         assert_eq!(a.trace_id.len(), 16);
         assert_eq!(attr(&a.attributes, "n"), Some(&V::IntValue(42)));
+        assert_eq!(
+            attr(&a.attributes, "log.file.path"),
+            Some(&s("/var/log/pods/cart.log"))
+        );
         assert_eq!(attr(&a.attributes, "ratio"), Some(&V::DoubleValue(0.5)));
         assert_eq!(attr(&a.attributes, "ok"), Some(&V::BoolValue(true)));
         assert_eq!(attr(&a.attributes, "none"), None);
@@ -1859,7 +1936,12 @@ mod tests {
         assert_eq!(attr(ra, "service.name"), Some(&s("cart")));
         let c = &r1.scope_logs[0].log_records[0];
         assert_eq!((c.severity_number, c.severity_text.as_str()), (18, "crit"));
-        assert!(c.attributes.is_empty(), "service and severity are consumed");
+        let names: Vec<&str> = c.attributes.iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(
+            names,
+            ["log.file.path"],
+            "service and severity are consumed"
+        );
     }
 
     #[test]
@@ -1898,7 +1980,8 @@ mod tests {
         crate::sources::opentelemetry::events(&want, &mut b.events);
         assert_eq!(b.events.len(), 3);
         let mut out = Encoded::default();
-        Mapper::new(vec![("ignored".into(), "for such events".into())]).encode(&b, &mut out, 1);
+        Mapper::new(vec![("ignored".into(), "for such events".into())], otel())
+            .encode(&b, &mut out, 1);
         let got = decode_all(&out);
         assert_eq!(got, want);
     }
@@ -1916,6 +1999,7 @@ mod tests {
             message: Value::Str("m".into()),
             fields: Vec::new(),
             time_ns: None,
+            hidden: petrel_core::Hidden::NONE,
         };
         ev.set("service".into(), Value::Str("svc".into()));
         ev.set(
@@ -1924,7 +2008,7 @@ mod tests {
         );
         b.events.push(ev);
         let mut out = Encoded::default();
-        Mapper::new(vec![("x".into(), "y".into())]).encode(&b, &mut out, 1);
+        Mapper::new(vec![("x".into(), "y".into())], otel()).encode(&b, &mut out, 1);
         let req = decode_all(&out);
         let ra = &req.resource_logs[0].resource.as_ref().unwrap().attributes;
         assert_eq!(ra.len(), 1, "the event's resource alone: {ra:?}");
@@ -1936,7 +2020,7 @@ mod tests {
     #[test]
     fn json_encoding_follows_the_otlp_mapping() {
         let mut out = Encoded::default();
-        Mapper::new(Vec::new()).encode(&batch(), &mut out, 1_700_000_000_000_000_123);
+        Mapper::new(Vec::new(), otel()).encode(&batch(), &mut out, 1_700_000_000_000_000_123);
         let mut recs = Vec::new();
         let mut start = 0;
         for &e in &out.record_ends {
@@ -1987,7 +2071,7 @@ mod tests {
         assert_eq!(rejected_in(&pb, false).0, 3);
         assert_eq!(rejected_in(b"", false).0, 0);
         let mut out = Encoded::default();
-        Mapper::new(Vec::new()).encode(&batch(), &mut out, 1);
+        Mapper::new(Vec::new(), otel()).encode(&batch(), &mut out, 1);
         let first = &out.bytes[..out.record_ends[0] as usize - 1];
         let v: serde_json::Value = serde_json::from_slice(&record_json(first)).unwrap();
         assert_eq!(

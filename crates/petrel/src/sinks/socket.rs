@@ -179,10 +179,10 @@ pub fn parse_transport(map: &Map<'_>, modes: &'static [&'static str]) -> Option<
 impl Transport {
     /// A copy ready to connect: the TLS client configuration made (its
     /// files read), or an error naming the file.
-    pub fn prepare(&self) -> anyhow::Result<Arc<Transport>> {
+    pub fn prepare(&self, owner: &crate::tls::Owner) -> anyhow::Result<Arc<Transport>> {
         let mut t = self.clone();
         if let Some((opts, _)) = &self.tls_options {
-            t.tls = Some(opts.rustls_client_config()?);
+            t.tls = Some(opts.rustls_client_config(owner)?);
         }
         Ok(Arc::new(t))
     }

@@ -11,7 +11,16 @@ use petrel_core::{ComponentMetrics, EventBatch};
 use super::writer::{self, Target};
 
 /// Keys accepted by the stdout sink.
-pub const KEYS: &[&str] = &["type", "id", "encoding"];
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "encoding",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
+];
 
 /// What this plugin does, for the component reference.
 pub const DOC: &str = r#"Writes events to standard output and acknowledges after the write."#;
@@ -21,6 +30,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     petrel_core::plugin::KeyDoc::TYPE,
     petrel_core::plugin::KeyDoc::ID,
     super::ENCODING_DOC,
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// Configuration of the stdout sink.

@@ -54,6 +54,11 @@ pub const KEYS: &[&str] = &[
     "structured_data",
     "encoding",
     "timezone",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -143,6 +148,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"local"#),
         doc: r#"`rfc3164`: the zone its timestamps are written in (they carry none); `UTC`, `local`, `+08:00`, an IANA name."#,
     },
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// Registration of `type: syslog`.
@@ -300,7 +310,7 @@ impl petrel_core::plugin::SinkConfig for SyslogSinkConfig {
 
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
         Ok(Arc::new(SyslogSink {
-            transport: self.transport.prepare()?,
+            transport: self.transport.prepare(&crate::tls::Owner::of(&metrics))?,
             time3164: Rfc3164Time::new(self.timezone.clone()),
             field_missing: metrics.error_counter("field_missing"),
             field_invalid: metrics.error_counter("field_invalid"),
@@ -356,7 +366,7 @@ impl SyslogSink {
                         Some(b) => out.extend_from_slice(b),
                         None => return false,
                     },
-                    None => match batch.source.field(f) {
+                    None => match batch.meta_field(ev, f) {
                         Some(b) => out.extend_from_slice(b),
                         None => return false,
                     },
@@ -437,13 +447,13 @@ impl SyslogSink {
             s.invalid += u64::from(self.write_sd(ev, batch, msg, stats));
             let at = msg.len();
             msg.push(b' ');
-            c.encoding.write_event(batch, ev, now, msg, stats);
+            c.encoding.write_event(None, batch, ev, now, msg, stats);
             if msg.len() == at + 1 {
                 msg.truncate(at);
             }
         } else {
             s.invalid += u64::from(writer::write_rfc3164_header(&h, &self.time3164, now, msg));
-            c.encoding.write_event(batch, ev, now, msg, stats);
+            c.encoding.write_event(None, batch, ev, now, msg, stats);
         }
     }
 
@@ -578,7 +588,10 @@ mod tests {
             })?;
         let m = petrel_core::Metrics::new().component("p", "sink", "s", "syslog");
         Ok(SyslogSink {
-            transport: c.transport.prepare().unwrap(),
+            transport: c
+                .transport
+                .prepare(&crate::tls::Owner::named("test"))
+                .unwrap(),
             time3164: Rfc3164Time::new(c.timezone.clone()),
             field_missing: LazyCounter::default(),
             field_invalid: LazyCounter::default(),

@@ -13,7 +13,19 @@ use petrel_core::{ComponentMetrics, EventBatch};
 use super::socket::{self, Transport};
 
 /// Keys accepted by the tcp sink.
-pub const KEYS: &[&str] = &["type", "id", "address", "mode", "tls", "encoding"];
+pub const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "address",
+    "mode",
+    "tls",
+    "encoding",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
+];
 
 /// What this plugin does, for the component reference.
 pub const DOC: &str = r#"Writes events as lines (`encoding`: the message, JSON, or a template) to a TCP or TLS receiver. The connection is reopened with backoff when it fails; an event is acknowledged once the receiver's TCP acknowledged its bytes (TCP has no application acknowledgement: what a receiver took but never processed is lost), and after a broken connection everything unacknowledged is sent again (duplicates counted in `retried_events`)."#;
@@ -31,6 +43,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
     },
     socket::TLS_DOC,
     super::ENCODING_DOC,
+    super::METADATA_DOC,
+    super::ONLY_FIELDS_DOC,
+    super::EXCEPT_FIELDS_DOC,
+    super::TIMESTAMP_FORMAT_DOC,
+    super::TIMESTAMP_KEY_DOC,
 ];
 
 /// Registration of `type: tcp`.
@@ -72,7 +89,7 @@ impl petrel_core::plugin::SinkConfig for TcpSinkConfig {
 
     fn build(&self, metrics: ComponentMetrics) -> anyhow::Result<Arc<dyn Sink>> {
         Ok(Arc::new(TcpSink {
-            transport: self.transport.prepare()?,
+            transport: self.transport.prepare(&crate::tls::Owner::of(&metrics))?,
             config: self.clone(),
             metrics,
         }))

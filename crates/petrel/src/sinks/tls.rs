@@ -56,139 +56,42 @@ pub fn parse_tls_keys(n: Node<'_>, server_name: bool) -> Option<Tls> {
 }
 
 impl Tls {
-    /// Applies these settings to an HTTP client being built.
-    pub fn apply(&self, mut b: reqwest::ClientBuilder) -> anyhow::Result<reqwest::ClientBuilder> {
-        if let Some(ca) = &self.ca_file {
-            let pem = std::fs::read(ca)
-                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?
-            {
-                b = b.add_root_certificate(cert);
-            }
+    /// The files of these settings, for [`crate::tls::client_config`].
+    fn files(&self) -> crate::tls::ClientFiles {
+        crate::tls::ClientFiles {
+            ca_file: self.ca_file.clone(),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            verify: self.verify,
         }
-        if let Some(pem) = self.identity_pem()? {
-            b = b.identity(
-                reqwest::Identity::from_pem(&pem)
-                    .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?,
-            );
+    }
+
+    /// Applies these settings to an HTTP client being built: reqwest's own
+    /// TLS (Mozilla's roots) when nothing is set, else a rustls
+    /// configuration whose files are followed as they change; `owner`
+    /// names it in the logs and the expiry gauge.
+    pub fn apply(
+        &self,
+        b: reqwest::ClientBuilder,
+        owner: &crate::tls::Owner,
+    ) -> anyhow::Result<reqwest::ClientBuilder> {
+        if self.ca_file.is_none() && self.cert_file.is_none() && self.verify {
+            return Ok(b);
         }
-        if !self.verify {
-            b = b.danger_accept_invalid_certs(true);
-        }
-        Ok(b)
+        let mut cfg = crate::tls::client_config(&self.files(), owner)?;
+        // reqwest speaks HTTP/1.1 here (no http2 feature).
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(b.use_preconfigured_tls(cfg))
     }
 
     /// A rustls client configuration (socket sinks): Mozilla's roots and
     /// `ca_file`, the client certificate if any, and no verification when
-    /// `verify` is false.
-    pub fn rustls_client_config(&self) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-        use rustls_pki_types::pem::PemObject;
-        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()?;
-        let builder = if self.verify {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-            if let Some(ca) = &self.ca_file {
-                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
-                    .and_then(|it| it.collect())
-                    .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
-                if certs.is_empty() {
-                    anyhow::bail!("tls.ca_file {} holds no PEM certificate", ca.display());
-                }
-                for c in certs {
-                    roots
-                        .add(c)
-                        .map_err(|e| anyhow::anyhow!("tls.ca_file {}: {e}", ca.display()))?;
-                }
-            }
-            builder.with_root_certificates(roots)
-        } else {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-        };
-        let config = match (&self.cert_file, &self.key_file) {
-            (Some(cert), Some(key)) => {
-                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-                    .and_then(|it| it.collect())
-                    .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
-                let key = PrivateKeyDer::from_pem_file(key)
-                    .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| anyhow::anyhow!("tls client certificate: {e}"))?
-            }
-            _ => builder.with_no_client_auth(),
-        };
-        Ok(Arc::new(config))
-    }
-
-    /// The client certificate followed by its key, as one PEM text.
-    pub fn identity_pem(&self) -> anyhow::Result<Option<Vec<u8>>> {
-        let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) else {
-            return Ok(None);
-        };
-        let mut pem = std::fs::read(cert)
-            .map_err(|e| anyhow::anyhow!("tls.cert_file {}: {e}", cert.display()))?;
-        pem.push(b'\n');
-        pem.extend(
-            std::fs::read(key)
-                .map_err(|e| anyhow::anyhow!("tls.key_file {}: {e}", key.display()))?,
-        );
-        Ok(Some(pem))
-    }
-}
-
-/// Accepts any server certificate (`verify: false`), still checking the
-/// handshake signatures.
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
+    /// `verify` is false; the files are followed as they change.
+    pub fn rustls_client_config(
         &self,
-        _end_entity: &rustls_pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
-        _server_name: &rustls_pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        owner: &crate::tls::Owner,
+    ) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        Ok(Arc::new(crate::tls::client_config(&self.files(), owner)?))
     }
 }
 
@@ -197,5 +100,5 @@ pub const TLS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
     name: "tls",
     kind: petrel_core::plugin::KeyKind::Map,
     default: None,
-    doc: r#"Servers are verified against Mozilla's roots; `{ca_file, cert_file, key_file, verify}`: `ca_file` (PEM) is added to the roots, `cert_file` + `key_file` present a client certificate, `verify: false` skips verification (tests only)."#,
+    doc: r#"Servers are verified against Mozilla's roots; `{ca_file, cert_file, key_file, verify}`: `ca_file` (PEM) is added to the roots, `cert_file` + `key_file` present a client certificate, `verify: false` skips verification (tests only). The files are read again when they change (a Kubernetes Secret's symlink swap included): new connections use the new certificate, established ones go on; a new pair that cannot be used is refused with an error in the log and the previous one stays. `petrel_tls_certificate_expiry_seconds` reports when the client certificate expires."#,
 };

@@ -91,7 +91,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "buffer",
         kind: petrel_core::plugin::KeyKind::Map,
         default: Some(r#"{type: memory}"#),
-        doc: r#"Where received data waits until every sink acknowledged it: `{type, max_bytes, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before it counts as accepted. `max_bytes` (disk only, default `256MiB`, at least `1MiB`) bounds undelivered data; `when_full`: `block` (default: stop reading, HTTP answers 503) or `drop_newest` (counted, `reason=buffer_full`); `sync_interval_ms` (disk only, default `100`, at most 60000): socket data is synced within this time. See the delivery guarantee chapter of the book. With `type: disk`, `max_bytes` must be at least twice `max_body_bytes`."#,
+        doc: r#"Where received data waits until every sink acknowledged it: `{type, max_size, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before it counts as accepted. `max_size` (disk only, default `256MiB`, at least `1MiB`; `max_bytes` is its deprecated name) bounds undelivered data; `when_full`: `block` (default: stop reading, HTTP answers 503) or `drop_newest` (counted, `reason=buffer_full`); `sync_interval_ms` (disk only, default `100`, at most 60000): socket data is synced within this time. See the delivery guarantee chapter of the book. With `type: disk`, `max_size` must be at least twice `max_body_bytes`."#,
     },
 ];
 
@@ -152,11 +152,11 @@ impl HttpSourceConfig {
                 let node = map
                     .get("buffer")
                     .and_then(|n| n.as_map_quiet())
-                    .and_then(|m| m.get("max_bytes"))
+                    .and_then(|m| m.get("max_size").or_else(|| m.get("max_bytes")))
                     .or_else(|| map.get("max_body_bytes"))
                     .unwrap_or_else(|| map.node());
                 node.error(format!(
-                    "`buffer.max_bytes` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record; raise `buffer.max_bytes` or lower `max_body_bytes`",
+                    "`buffer.max_size` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record; raise `buffer.max_size` or lower `max_body_bytes`",
                     b.max_bytes
                 ));
                 return None;
@@ -211,7 +211,11 @@ impl petrel_core::plugin::SourceConfig for HttpSourceConfig {
         });
         let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "http")?;
         let started = (|| -> anyhow::Result<server::ServerHandle> {
-            let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
+            let tls = self
+                .tls
+                .as_ref()
+                .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                .transpose()?;
             let m = &ctx.metrics;
             let shared = Arc::new(Shared {
                 path: self.path.clone(),
@@ -497,6 +501,7 @@ impl Decode for HttpDecode {
                         message: Value::Null,
                         fields: Vec::with_capacity(fields.len()),
                         time_ns: None,
+                        hidden: petrel_core::Hidden::NONE,
                     };
                     for (k, v) in fields.drain(..) {
                         ev.set(k, v);

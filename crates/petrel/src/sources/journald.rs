@@ -66,6 +66,7 @@ pub const KEYS: &[&str] = &[
     "include_matches",
     "exclude_matches",
     "since_now",
+    "max_age",
     "journalctl_path",
     "max_entry_bytes",
 ];
@@ -106,6 +107,12 @@ pub const KEY_DOCS: &[KeyDoc] = &[
         kind: KeyKind::Bool,
         default: Some("false"),
         doc: r#"Without a checkpoint, start at the end of the journal (only new entries) instead of its oldest entry. With a checkpoint, reading always resumes after it."#,
+    },
+    KeyDoc {
+        name: "max_age",
+        kind: KeyKind::Duration,
+        default: None,
+        doc: r#"Without a checkpoint, start with the entries of the last `max_age` (`12h`, `7d`; Alloy's `max_age`) instead of the oldest entry (`journalctl --since`). With a checkpoint, reading resumes after it whatever its age."#,
     },
     KeyDoc {
         name: "journalctl_path",
@@ -175,6 +182,9 @@ pub struct JournaldConfig {
     pub exclude: Vec<(String, Vec<Vec<u8>>)>,
     /// Start at the end without a checkpoint.
     pub since_now: bool,
+    /// Without a checkpoint, start this long ago (not at the oldest
+    /// entry).
+    pub max_age: Option<std::time::Duration>,
     /// The journalctl to run.
     pub journalctl: String,
     /// Larger entries are dropped.
@@ -263,6 +273,21 @@ impl JournaldConfig {
         let include = parse_matches(&map, "include_matches");
         let exclude = parse_matches(&map, "exclude_matches");
         let since_now = map.bool("since_now").unwrap_or(false);
+        let max_age = match map.get("max_age") {
+            None => None,
+            Some(n) => match n.as_duration() {
+                Some(_) if since_now => {
+                    n.error("`max_age` reads the last entries on a first start, `since_now: true` none of them; keep one of the two");
+                    ok = false;
+                    None
+                }
+                Some(d) => Some(d),
+                None => {
+                    ok = false;
+                    None
+                }
+            },
+        };
         let journalctl = map
             .str("journalctl_path")
             .unwrap_or("journalctl")
@@ -289,6 +314,7 @@ impl JournaldConfig {
                 .map(|(k, v)| (k, v.into_iter().map(String::into_bytes).collect()))
                 .collect(),
             since_now,
+            max_age,
             journalctl,
             max_entry_bytes: max_entry_bytes as usize,
         })
@@ -319,7 +345,16 @@ impl JournaldConfig {
                 args.push("--no-tail".to_string());
             }
             None if self.since_now => args.push("--lines=0".to_string()),
-            None => args.push("--no-tail".to_string()),
+            None => {
+                args.push("--no-tail".to_string());
+                if let Some(age) = self.max_age {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    let since = now.saturating_sub(age).as_secs();
+                    args.push(format!("--since=@{since}"));
+                }
+            }
         }
         for u in &self.units {
             args.push(format!("_SYSTEMD_UNIT={u}"));
@@ -915,6 +950,7 @@ impl Reader {
                 message: Value::Span(Span::new(0, 0)),
                 fields: Vec::with_capacity(fields.len() + 1),
                 time_ns: None,
+                hidden: petrel_core::Hidden::NONE,
             };
             let mut cursor = None;
             let mut level = None;
@@ -1277,6 +1313,7 @@ mod tests {
             include: vec![("_TRANSPORT".into(), vec!["kernel".into(), "stdout".into()])],
             exclude: vec![],
             since_now: true,
+            max_age: None,
             journalctl: "journalctl".into(),
             max_entry_bytes: 1 << 20,
         };
@@ -1305,6 +1342,7 @@ mod tests {
                     include: vec![],
                     exclude: vec![],
                     since_now: false,
+                    max_age: None,
                     journalctl: "journalctl".into(),
                     max_entry_bytes: 4096,
                 },

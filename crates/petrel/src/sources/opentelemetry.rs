@@ -10,7 +10,7 @@
 //!     auth: { bearer_token: "${OTLP_TOKEN}" }                 # both servers
 //!     max_connections: 1024            # per listener
 //!     idle_timeout_secs: 600
-//!     buffer: { type: disk, max_bytes: 256MiB }   # disk is the default
+//!     buffer: { type: disk, max_size: 256MiB }   # disk is the default
 //! ```
 //! Both listeners accept through the receiving sources' shared machinery
 //! (`super::net::server`): connections beyond `max_connections`, or that
@@ -114,7 +114,7 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         name: "buffer",
         kind: petrel_core::plugin::KeyKind::Map,
         default: Some(r#"{type: disk}"#),
-        doc: r#"As for the receiving sources, but disk by default: success means the records are durable in the spool. `max_bytes` must be at least twice `max_body_bytes`."#,
+        doc: r#"As for the receiving sources, but disk by default: success means the records are durable in the spool. `max_size` must be at least twice `max_body_bytes`."#,
     },
 ];
 
@@ -191,7 +191,7 @@ impl OtlpSourceConfig {
             map.get("max_body_bytes")
                 .unwrap_or_else(|| map.node())
                 .error(format!(
-                    "`buffer.max_bytes` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record",
+                    "`buffer.max_size` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record",
                     buffer.max_bytes
                 ));
             return None;
@@ -284,6 +284,7 @@ pub fn events(req: &ExportLogsServiceRequest, out: &mut Vec<Event>) {
                     message: value(r.body.as_ref()),
                     fields: Vec::with_capacity(8),
                     time_ns: (r.time_unix_nano != 0).then_some(r.time_unix_nano as i64),
+                    hidden: petrel_core::Hidden::NONE,
                 };
                 ev.fields
                     .push((Key::Borrowed(fields::RESOURCE), resource.clone()));
@@ -720,7 +721,11 @@ impl petrel_core::plugin::SourceConfig for OtlpSourceConfig {
                     auth: auth.clone(),
                     unauthorized: unauthorized.clone(),
                 });
-                let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
+                let tls = self
+                    .tls
+                    .as_ref()
+                    .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                    .transpose()?;
                 let handler: server::Handler = Arc::new(move |req, peer| {
                     let shared = shared.clone();
                     Box::pin(async move { handle(req, &shared, peer).await })

@@ -130,7 +130,7 @@ pub const KEY_DOCS: &[KeyDoc] = &[
         name: "buffer",
         kind: KeyKind::Map,
         default: Some(r#"{type: memory}"#),
-        doc: r#"Where received data waits until every sink acknowledged it: `{type, max_bytes, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before the request is answered. `max_bytes` (disk only, default `256MiB`, at least `1MiB`, at least twice `max_body_bytes`) bounds undelivered data; `when_full`: `block` (default: HEC code 9, HTTP 503) or `drop_newest`; `sync_interval_ms` (disk only, default `100`). See the delivery guarantee chapter of the book."#,
+        doc: r#"Where received data waits until every sink acknowledged it: `{type, max_size, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before the request is answered. `max_size` (disk only, default `256MiB`, at least `1MiB`; `max_bytes` is its deprecated name, at least twice `max_body_bytes`) bounds undelivered data; `when_full`: `block` (default: HEC code 9, HTTP 503) or `drop_newest`; `sync_interval_ms` (disk only, default `100`). See the delivery guarantee chapter of the book."#,
     },
 ];
 
@@ -180,17 +180,12 @@ struct AckLimits {
 }
 
 fn expand(n: &Node<'_>) -> Option<String> {
-    let s = n.as_str()?;
-    match petrel_core::config::expand_env(s, |name| std::env::var(name).ok()) {
-        Ok(v) if !v.is_empty() => Some(v.into_owned()),
-        Ok(_) => {
+    match n.as_str()? {
+        "" => {
             n.error("the token is empty (an unset environment variable?); set it or remove it");
             None
         }
-        Err(e) => {
-            n.error(e);
-            None
-        }
+        v => Some(v.to_string()),
     }
 }
 
@@ -288,7 +283,7 @@ impl HecConfig {
         if let Some(b) = buffer.as_ref().filter(|b| b.disk) {
             if max_body_bytes as u64 > b.max_bytes / 2 {
                 map.get("buffer").unwrap_or_else(|| map.node()).error(format!(
-                    "`buffer.max_bytes` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record; raise `buffer.max_bytes` or lower `max_body_bytes`",
+                    "`buffer.max_size` ({}) must be at least twice `max_body_bytes` ({max_body_bytes}): every request is one spool record; raise `buffer.max_size` or lower `max_body_bytes`",
                     b.max_bytes
                 ));
                 ok = false;
@@ -326,7 +321,11 @@ impl petrel_core::plugin::SourceConfig for HecConfig {
         });
         let (intake, runner) = intake::start(&ctx, decode, &self.buffer, "splunk_hec")?;
         let started = (|| -> anyhow::Result<_> {
-            let tls = self.tls.as_ref().map(|t| t.server_config()).transpose()?;
+            let tls = self
+                .tls
+                .as_ref()
+                .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                .transpose()?;
             let m = &ctx.metrics;
             let shared = Arc::new(Shared {
                 tokens: self.tokens.clone(),
@@ -1149,6 +1148,7 @@ impl Decode for HecDecode {
                 message: Value::Null,
                 fields: Vec::with_capacity(defaults.len() + token_fields.len() + 4),
                 time_ns: None,
+                hidden: petrel_core::Hidden::NONE,
             };
             for (k, v) in defaults {
                 ev.set(k, v);

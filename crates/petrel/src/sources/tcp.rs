@@ -163,7 +163,12 @@ impl petrel_core::plugin::SourceConfig for TcpSourceConfig {
         let spec = StreamSpec {
             addr: self.address.clone(),
             limits: self.limits,
-            tls: match self.tls.as_ref().map(|t| t.server_config()).transpose() {
+            tls: match self
+                .tls
+                .as_ref()
+                .map(|t| t.one_way_server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                .transpose()
+            {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = runner.wait_stopped(std::time::Instant::now());

@@ -253,6 +253,12 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// The agent's metrics registry (for components outside a pipeline,
+    /// such as the OpAMP client's TLS expiry gauge).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// Builds and starts every pipeline. `runtime` runs the sinks (and may
     /// run other tasks, such as the API server).
     pub fn start(

@@ -145,12 +145,23 @@ pub fn run_to_end<S: AsRef<std::ffi::OsStr>>(
     cwd: &Path,
     args: &[S],
 ) -> (Option<i32>, String, String) {
+    run_to_end_env(cwd, args, &[])
+}
+
+/// [`run_to_end`] with `env` added to the environment (the secrets a
+/// configuration's `${VAR}` names).
+pub fn run_to_end_env<S: AsRef<std::ffi::OsStr>>(
+    cwd: &Path,
+    args: &[S],
+    env: &[(String, String)],
+) -> (Option<i32>, String, String) {
     let child = Command::new(bin())
         .current_dir(cwd)
         .args(args)
         .env_remove("PETREL_LOG")
         .env_remove("PETREL_LOG_FORMAT")
         .env_remove("PETREL_DATA_DIR")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -520,7 +531,10 @@ impl Drop for Agent {
 }
 
 fn parse_api_port(line: &str) -> Option<u16> {
-    let rest = line.split("API listening on http://").nth(1)?;
+    let rest = line.split("API listening on ").nth(1)?;
+    let rest = rest
+        .strip_prefix("http://")
+        .or_else(|| rest.strip_prefix("https://"))?;
     // Ends at white space (text logs) or at the closing quote (`--log-format json`).
     let addr = rest.split(|c: char| c.is_whitespace() || c == '"').next()?;
     addr.rsplit(':').next()?.parse().ok()

@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -18,23 +17,8 @@ pub struct OpenSearch {
     settings: Vec<String>,
 }
 
-fn lib_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/opensearch/lib")
-}
-
 fn java_cp() -> String {
-    let lib = lib_dir();
-    let built = std::fs::read_dir(&lib)
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with(".complete-"))
-        })
-        .unwrap_or(false);
-    assert!(
-        built,
-        "OpenSearch jars missing in {}: run scripts/opensearch.sh (scripts/test.sh does)",
-        lib.display()
-    );
+    let lib = super::server::cached_entry("opensearch", "scripts/opensearch.sh").join("lib");
     format!("{}/*", lib.display())
 }
 

@@ -31,6 +31,21 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The test cache entry `.cache/<name>` (a link into the test cache,
+/// scripts/lib/cache.sh), complete, or a failure that says which script
+/// builds it.
+pub fn cached_entry(name: &str, script: &str) -> PathBuf {
+    let e = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache")
+        .join(name);
+    assert!(
+        e.join(".complete").exists(),
+        "{} is missing or was not built to the end: run {script} (scripts/test.sh does)",
+        e.display()
+    );
+    e
+}
+
 /// A server binary under the repository's `.cache/`, or a failure that
 /// says which script builds it.
 pub fn cached_binary(rel: &str, script: &str) -> PathBuf {

@@ -47,6 +47,19 @@ args:
   - --threads={{ .Values.threads }}
   - --memory-limit={{ .Values.memoryLimit }}
   - --shutdown-timeout={{ .Values.shutdownTimeout }}
+  {{- if .Values.api.tls.enabled }}
+  - --api-tls-cert=/etc/petrel/api-tls/tls.crt
+  - --api-tls-key=/etc/petrel/api-tls/tls.key
+  {{- if .Values.api.tls.clientAuth }}
+  - --api-tls-client-ca=/etc/petrel/api-tls/ca.crt
+  {{- end }}
+  {{- end }}
+  {{- if ne .Values.api.auth "control" }}
+  - --api-auth={{ .Values.api.auth }}
+  {{- end }}
+  {{- if .Values.api.tokenSecret.name }}
+  - --api-token-file=/etc/petrel/api-token/{{ .Values.api.tokenSecret.key }}
+  {{- end }}
   {{- range .Values.extraArgs }}
   - {{ . | quote }}
   {{- end }}
@@ -82,6 +95,9 @@ readinessProbe:
   httpGet:
     path: /health/ready
     port: api
+    {{- if .Values.api.tls.enabled }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
@@ -91,9 +107,50 @@ livenessProbe:
   httpGet:
     path: /health/live
     port: api
+    {{- if .Values.api.tls.enabled }}
+    scheme: HTTPS
+    {{- end }}
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
+{{- end -}}
+
+{{/* The API's TLS Secret and token Secret, mounted read-only (both modes). */}}
+{{- define "petrel.apiVolumeMounts" -}}
+{{- if .Values.api.tls.enabled }}
+- name: api-tls
+  mountPath: /etc/petrel/api-tls
+  readOnly: true
+{{- end }}
+{{- if .Values.api.tokenSecret.name }}
+- name: api-token
+  mountPath: /etc/petrel/api-token
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "petrel.apiVolumes" -}}
+{{- if .Values.api.tls.enabled }}
+# Mounted as a directory, not with subPath: kubelet swaps the directory's
+# symlink when the Secret is renewed, and the agent reads the new pair.
+- name: api-tls
+  secret:
+    secretName: {{ .Values.api.tls.secretName }}
+{{- end }}
+{{- if .Values.api.tokenSecret.name }}
+- name: api-token
+  secret:
+    secretName: {{ .Values.api.tokenSecret.name }}
+{{- end }}
+{{- end -}}
+
+{{- define "petrel.prometheusAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.apiPort | quote }}
+prometheus.io/path: /metrics
+{{- if .Values.api.tls.enabled }}
+prometheus.io/scheme: https
+{{- end }}
 {{- end -}}
 
 {{/* Labels of every object; the workloads add app.kubernetes.io/component. */}}

@@ -516,7 +516,7 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__run)
-            opts="-h --config --data-dir --threads --memory-limit --api-addr --log-level --log-format --shutdown-timeout --checkpoint-ttl --unhealthy-after --no-watch-config --help"
+            opts="-h --config --data-dir --threads --memory-limit --api-addr --api-tls-cert --api-tls-key --api-tls-client-ca --api-auth --api-token-file --log-level --log-format --shutdown-timeout --checkpoint-ttl --unhealthy-after --no-watch-config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -539,6 +539,26 @@ _petrel() {
                     return 0
                     ;;
                 --api-addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-tls-client-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-auth)
+                    COMPREPLY=($(compgen -W "control metrics all" -- "${cur}"))
+                    return 0
+                    ;;
+                --api-token-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -570,13 +590,25 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__tap)
-            opts="-h --api-addr --limit --rate --format --help"
+            opts="-h --api-addr --api-ca-file --api-cert-file --api-key-file --limit --rate --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --api-addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-cert-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -622,13 +654,25 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__top)
-            opts="-h --api-addr --interval-ms --help"
+            opts="-h --api-addr --api-ca-file --api-cert-file --api-key-file --interval-ms --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --api-addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-cert-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -644,7 +688,7 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__validate)
-            opts="-h --config --help"
+            opts="-h --config --offline --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -40,6 +40,13 @@ complete -c petrel -n "__fish_petrel_using_subcommand run" -l data-dir -d 'Where
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l threads -d 'Processing threads (default: number of cores)' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l memory-limit -d 'Memory for in-flight data, e.g. 16777216 or 16MiB (the default, chosen by measurement: see BENCHMARKS.md)' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-addr -d 'Address of the metrics and health API; port 0 picks a free port' -r
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-tls-cert -d 'Serve the API over TLS with this PEM certificate chain (with --api-tls-key); read again when the file changes' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-tls-key -d 'The PEM private key of --api-tls-cert' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-tls-client-ca -d 'With --api-tls-cert: clients must present a certificate signed by this PEM CA (mutual TLS)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-auth -d 'Which endpoints need the bearer token (PETREL_API_TOKEN or --api-token-file): `control` (/reload and /tap), `metrics` (also /metrics and /health; the probes /health/live and /health/ready stay open for the kubelet) or `all` (the probes too)' -r -f -a "control\t'`/reload` and `/tap` (control and log contents)'
+metrics\t'Also `/metrics` and `/health`; the probes stay open'
+all\t'Every endpoint, the probes `/health/live` and `/health/ready` too'"
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l api-token-file -d 'A file holding the API\'s bearer token (instead of PETREL_API_TOKEN; a final newline is ignored)' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l log-level -d 'Log level (error, warn, info, debug, trace) or a tracing filter; overrides PETREL_LOG' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l log-format -d 'Format of the agent\'s own log lines on stderr: `text` for people, `json` (one object per line) for log pipelines such as Kubernetes\'' -r -f -a "text\t'One human-readable line per record'
 json\t'One JSON object per line: `timestamp`, `level`, `message` and the record\'s fields at the top level'"
@@ -49,6 +56,7 @@ complete -c petrel -n "__fish_petrel_using_subcommand run" -l unhealthy-after -d
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l no-watch-config -d 'Do not watch `--config` for changes (reload with SIGHUP or `POST /reload` only)'
 complete -c petrel -n "__fish_petrel_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petrel -n "__fish_petrel_using_subcommand validate" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand validate" -l offline -d 'Check the configuration alone, away from the host it runs on: skip what needs that host (that TLS certificates, keys and `remap` program files exist and load, what a sink\'s path is)'
 complete -c petrel -n "__fish_petrel_using_subcommand validate" -s h -l help -d 'Print help'
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l junit -d 'Write a JUnit XML report here' -r -F
@@ -72,7 +80,10 @@ complete -c petrel -n "__fish_petrel_using_subcommand pipe" -l max-bytes -d 'Spo
 complete -c petrel -n "__fish_petrel_using_subcommand pipe" -l sync-interval-ms -d 'Longest time written data waits for fsync, in milliseconds' -r
 complete -c petrel -n "__fish_petrel_using_subcommand pipe" -l max-line-bytes -d 'Lines longer than this are cut into pieces' -r
 complete -c petrel -n "__fish_petrel_using_subcommand pipe" -s h -l help -d 'Print help'
-complete -c petrel -n "__fish_petrel_using_subcommand tap" -l api-addr -d 'The agent\'s `--api-addr`' -r
+complete -c petrel -n "__fish_petrel_using_subcommand tap" -l api-addr -d 'The agent\'s `--api-addr`; `https://host:port` for an API served over TLS' -r
+complete -c petrel -n "__fish_petrel_using_subcommand tap" -l api-ca-file -d 'PEM authority the agent\'s API certificate must chain to (beside Mozilla\'s roots), for an `https://` --api-addr' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand tap" -l api-cert-file -d 'PEM client certificate for an API that asks for one (mutual TLS)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand tap" -l api-key-file -d 'The PEM private key of --api-cert-file' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand tap" -l limit -d 'Stop after this many events' -r
 complete -c petrel -n "__fish_petrel_using_subcommand tap" -l rate -d 'At most this many events per second' -r
 complete -c petrel -n "__fish_petrel_using_subcommand tap" -l format -d '`ndjson` (every field) or `text` (the message)' -r -f -a "ndjson\t'One JSON object per event, every field (as the ndjson encoding)'
@@ -92,7 +103,10 @@ complete -c petrel -n "__fish_petrel_using_subcommand docs; and __fish_seen_subc
 complete -c petrel -n "__fish_petrel_using_subcommand docs; and __fish_seen_subcommand_from help" -f -a "completions" -d 'A shell completion script on stdout'
 complete -c petrel -n "__fish_petrel_using_subcommand docs; and __fish_seen_subcommand_from help" -f -a "man" -d 'The man page (roff) on stdout'
 complete -c petrel -n "__fish_petrel_using_subcommand docs; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-addr -d 'The agent\'s `--api-addr`' -r
+complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-addr -d 'The agent\'s `--api-addr`; `https://host:port` for an API served over TLS' -r
+complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-ca-file -d 'PEM authority the agent\'s API certificate must chain to (beside Mozilla\'s roots), for an `https://` --api-addr' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-cert-file -d 'PEM client certificate for an API that asks for one (mutual TLS)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-key-file -d 'The PEM private key of --api-cert-file' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand top" -l interval-ms -d 'Milliseconds between two readings' -r
 complete -c petrel -n "__fish_petrel_using_subcommand top" -s h -l help -d 'Print help'
 complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "run" -d 'Run pipelines until SIGINT or SIGTERM'

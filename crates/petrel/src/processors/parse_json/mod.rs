@@ -760,7 +760,7 @@ pub(crate) mod tests {
     fn ndjson(b: &EventBatch) -> String {
         let mut out = Vec::new();
         petrel_core::encode::encode_batch(
-            &petrel_core::encode::Encoding::Ndjson,
+            &petrel_core::encode::Encoding::from_name("ndjson").expect("ndjson"),
             b,
             &mut out,
             None,

@@ -216,6 +216,30 @@ pub struct Settings {
     pub dead_letter: Option<PathBuf>,
     /// Where requests go, for logs, health texts and dead letters.
     pub target: String,
+    /// When to stop retrying transient failures and set the items aside.
+    pub retry: RetryLimit,
+}
+
+/// Bounds on the retries of transient failures (`retry:`); beyond them
+/// the items go to the dead letter file (which the sink then must have),
+/// counted as `discarded_events_total{reason="retries_exhausted"}`.
+/// Unbounded by default: a destination that is down holds its data.
+/// Held requests (401, 403, 404) wait for an operator whatever these say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryLimit {
+    /// Attempts of one request (the first included).
+    pub max_attempts: Option<u32>,
+    /// Time since a request's first failure.
+    pub max_duration: Option<Duration>,
+}
+
+impl RetryLimit {
+    /// True when a request sent `attempts` times, failing since
+    /// `failing_since`, is to be set aside.
+    fn exhausted(&self, attempts: u32, failing_since: Option<Instant>) -> bool {
+        self.max_attempts.is_some_and(|m| attempts >= m)
+            || matches!((self.max_duration, failing_since), (Some(d), Some(t)) if t.elapsed() >= d)
+    }
 }
 
 impl Settings {
@@ -232,7 +256,14 @@ impl Settings {
             max_in_flight: 16,
             dead_letter,
             target,
+            retry: RetryLimit::default(),
         }
+    }
+
+    /// The sink's `retry` limits.
+    pub fn retry(mut self, retry: RetryLimit) -> Self {
+        self.retry = retry;
+        self
     }
 
     /// The sink's `batch` (`max_bytes`, `max_events`, `linger`) and
@@ -365,10 +396,17 @@ impl RateLimit {
     }
 }
 
-/// The waits of one request between its attempts.
+/// The waits of one request between its attempts, and its transient
+/// failures so far (for `retry` limits).
 struct Waits {
     backoff: Backoff,
     refused: Duration,
+    /// Attempts that failed transiently.
+    failures: u32,
+    /// When the first of them happened.
+    failing_since: Option<Instant>,
+    /// What the last one was, for the dead letter.
+    last_failure: String,
 }
 
 impl Waits {
@@ -376,11 +414,16 @@ impl Waits {
         Self {
             backoff: Backoff::default(),
             refused: FIRST_REFUSED_BACKOFF,
+            failures: 0,
+            failing_since: None,
+            last_failure: String::new(),
         }
     }
 
     /// After a transient failure: the server's wish, else the backoff.
     fn transient(&mut self, after: Option<Duration>) -> Duration {
+        self.failures += 1;
+        self.failing_since.get_or_insert_with(Instant::now);
         after.unwrap_or_else(|| self.backoff.next_delay())
     }
 
@@ -408,12 +451,16 @@ struct Sent<'a, P> {
 enum Next {
     /// The items sent are delivered or set aside.
     Done,
-    /// Send the same body again after the wait.
+    /// Send the same body again after the wait (a held request).
     Again(Duration),
+    /// Send the same body again after the wait: a transient failure,
+    /// within the `retry` limits.
+    Retry(Duration),
     /// Send each half alone.
     Split,
-    /// After the wait, send these items (fewer than before) alone.
-    Narrow(Vec<u32>, Duration),
+    /// After the wait, send these items (fewer than before) alone; true
+    /// when they failed transiently (not held).
+    Narrow(Vec<u32>, Duration, bool),
 }
 
 /// `error_type` of a held request by its status.
@@ -505,8 +552,25 @@ impl<S: RequestSink> Driver<S> {
                         items: &pending,
                         bytes: body.len(),
                     };
-                    match self.act(answer, &sent, &mut waits) {
-                        Next::Again(wait) => tokio::time::sleep(wait).await,
+                    let next = self.act(answer, &sent, &mut waits);
+                    // Past the `retry` limits, a transient failure sets
+                    // the items aside instead of waiting again.
+                    let give_up = match &next {
+                        Next::Retry(_) | Next::Narrow(_, _, true) => self
+                            .settings
+                            .retry
+                            .exhausted(waits.failures, waits.failing_since),
+                        _ => false,
+                    };
+                    match next {
+                        Next::Retry(_) if give_up => {
+                            let all = pending.clone();
+                            break self.exhausted(&sent, &all, &waits);
+                        }
+                        Next::Narrow(rest, _, true) if give_up => {
+                            break self.exhausted(&sent, &rest, &waits);
+                        }
+                        Next::Again(wait) | Next::Retry(wait) => tokio::time::sleep(wait).await,
                         next => break next,
                     }
                 };
@@ -516,11 +580,11 @@ impl<S: RequestSink> Driver<S> {
                         todo.push(back);
                         todo.push(std::mem::take(&mut pending));
                     }
-                    Next::Narrow(rest, wait) => {
+                    Next::Narrow(rest, wait, _) => {
                         tokio::time::sleep(wait).await;
                         pending = rest;
                     }
-                    Next::Done | Next::Again(_) => break,
+                    Next::Done | Next::Again(_) | Next::Retry(_) => break,
                 }
             }
         }
@@ -566,6 +630,7 @@ impl<S: RequestSink> Driver<S> {
                 why,
             } => {
                 tracing::warn!(error_type, target = %target, "{}: retryable failure: {why}", w.sink);
+                waits.last_failure = why;
                 self.transient(n, after, error_type, waits)
             }
             Answer::Hold { status, text } => {
@@ -606,7 +671,32 @@ impl<S: RequestSink> Driver<S> {
         waits: &mut Waits,
     ) -> Next {
         self.window.on_failure();
-        Next::Again(self.calls.transient(n, after, error_type, waits))
+        Next::Retry(self.calls.transient(n, after, error_type, waits))
+    }
+
+    /// The `retry` limits are reached for `items` of what was `sent`: they
+    /// go to the dead letter file (which a sink with limits always has),
+    /// counted as `reason="retries_exhausted"`; when it cannot be written
+    /// they are retried as before, loudly.
+    fn exhausted(&self, sent: &Sent<'_, S::Plan<'_>>, items: &[u32], waits: &Waits) -> Next {
+        let since = waits
+            .failing_since
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let why = format!(
+            "retries exhausted: {} attempts over {since:.1}s failed (`retry` limits); last failure: {}",
+            waits.failures,
+            if waits.last_failure.is_empty() {
+                "a transient answer"
+            } else {
+                &waits.last_failure
+            }
+        );
+        let refused: Vec<(u32, u16, &str)> = items.iter().map(|&i| (i, 0, why.as_str())).collect();
+        if self.set_aside_as(sent, &refused, refused.len() as u64, "retries_exhausted") {
+            Next::Done
+        } else {
+            Next::Retry(MAX_REFUSED_BACKOFF)
+        }
     }
 
     /// Acts on one answer per item.
@@ -671,9 +761,10 @@ impl<S: RequestSink> Driver<S> {
             waits.refused()
         } else {
             self.metrics.error("item_retried", retry.len() as u64);
+            waits.last_failure = format!("{} answered retry for the item", w.peer);
             waits.transient(None)
         };
-        Next::Narrow(retry, wait)
+        Next::Narrow(retry, wait, !held)
     }
 
     /// Writes the `refused` items (item, status, answer) to the dead letter
@@ -684,6 +775,17 @@ impl<S: RequestSink> Driver<S> {
         sent: &Sent<'_, S::Plan<'_>>,
         refused: &[(u32, u16, &str)],
         rejected: u64,
+    ) -> bool {
+        self.set_aside_as(sent, refused, rejected, "dead_letter")
+    }
+
+    /// [`Driver::set_aside`], counted as discarded with `reason`.
+    fn set_aside_as(
+        &self,
+        sent: &Sent<'_, S::Plan<'_>>,
+        refused: &[(u32, u16, &str)],
+        rejected: u64,
+        reason: &'static str,
     ) -> bool {
         let w = S::WORDING;
         let target = &self.settings.target;
@@ -722,6 +824,11 @@ impl<S: RequestSink> Driver<S> {
             (
                 &*r.record,
                 Refusal {
+                    reason: if reason == "retries_exhausted" {
+                        "retries exhausted"
+                    } else {
+                        "refused by the endpoint"
+                    },
                     status: *status,
                     answer: &r.answer,
                     sink: self.metrics.health_key(),
@@ -731,8 +838,8 @@ impl<S: RequestSink> Driver<S> {
         });
         match dead_letter::write_each(path, lines) {
             Ok(()) => {
-                tracing::warn!(status, answer = %text, path = %path.display(), "{}: {n} {what} refused by {} written to the dead letter file", w.sink, w.peer);
-                self.metrics.discarded("dead_letter", n as u64);
+                tracing::warn!(status, answer = %text, path = %path.display(), reason, "{}: {n} {what} set aside ({} refused them, or the retries were exhausted): written to the dead letter file", w.sink, w.peer);
+                self.metrics.discarded(reason, n as u64);
                 true
             }
             Err(e) => {

@@ -24,8 +24,8 @@ use petrel_core::{ComponentMetrics, DeliveryMetrics, EventBatch};
 use self::producer::{Routes, SharedProducer};
 use super::congestion::{Backoff, Window};
 use super::template::Template;
-use crate::kafka_client::librdkafka_settings;
 pub use crate::kafka_client::valid_topic;
+use crate::kafka_client::{Settings, SettingsBuilder};
 
 /// Keys accepted by the Kafka sink.
 pub const KEYS: &[&str] = &[
@@ -35,15 +35,23 @@ pub const KEYS: &[&str] = &[
     "topic",
     "fallback_topic",
     "key_field",
+    "headers",
     "encoding",
     "compression",
     "acks",
     "batch",
+    "tls",
+    "sasl",
     "librdkafka",
     "max_in_flight_batches",
     "max_buffered_bytes",
     "exactly_once",
     "transactional_id",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -78,6 +86,12 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         doc: r#"Field used as message key (librdkafka's key hash picks the partition); without it each batch goes to one partition, the partitions with a leader in turn (librdkafka's partitioner until the topic's metadata is known; refreshed every 60 s and after a failed delivery)."#,
     },
     petrel_core::plugin::KeyDoc {
+        name: "headers",
+        kind: petrel_core::plugin::KeyKind::Map,
+        default: None,
+        doc: r#"Message headers from the event: `name: template`, e.g. `{trace_id: "{{ trace_id }}", source: "{{ host }}"}`; a header whose template renders empty (a missing field) is left out and counted (`template_field_missing`)."#,
+    },
+    petrel_core::plugin::KeyDoc {
         name: "encoding",
         kind: petrel_core::plugin::KeyKind::OneOf(&["text", "ndjson", "map"]),
         default: Some(r#"text"#),
@@ -101,11 +115,13 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"{linger_ms: 50}"#),
         doc: r#"`{max_bytes, linger_ms}`: librdkafka `batch.size` (by default a quarter of `max_buffered_bytes`, 64 KiB to 1 MB) and `linger.ms`; a 50 ms linger keeps the idempotent producer from busy-polling."#,
     },
+    crate::kafka_client::TLS_DOC,
+    crate::kafka_client::SASL_DOC,
     petrel_core::plugin::KeyDoc {
         name: "librdkafka",
         kind: petrel_core::plugin::KeyKind::Map,
         default: Some(r#"{}"#),
-        doc: r#"Any librdkafka setting, applied last (`security.protocol`, ...); checked when the configuration is loaded. Settings given here win over those the sink sizes from `--memory-limit` (`batch.size`, `queue.buffering.max.kbytes`: twice `max_buffered_bytes`), which bound librdkafka's buffers, outside the memory limit."#,
+        doc: r#"Any librdkafka producer setting. Applied last: they win over `tls`, `sasl` and the settings the sink sizes from `--memory-limit` (`batch.size`, `queue.buffering.max.kbytes`: twice `max_buffered_bytes`), which bound librdkafka's buffers, outside the memory limit. Checked when the configuration is loaded, in the order written, every refusal reported at its key. `sasl.oauthbearer.method: oidc` and its `sasl.oauthbearer.token.endpoint.url`, `client.id`, `client.secret`, `scope` are served by Petrel (librdkafka's own OIDC needs libcurl, not in the build)."#,
     },
     petrel_core::plugin::KeyDoc {
         name: "max_in_flight_batches",
@@ -131,6 +147,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"petrel-<host>-<pipeline>-<sink id>"#),
         doc: r#"With `exactly_once`: the producer's `transactional.id`. It must stay the same across restarts of one instance (a restart then aborts the transaction a crash left open at once, instead of after its 60 s timeout) and differ between instances; set it when instances share a host name."#,
     },
+    crate::sinks::METADATA_DOC,
+    crate::sinks::ONLY_FIELDS_DOC,
+    crate::sinks::EXCEPT_FIELDS_DOC,
+    crate::sinks::TIMESTAMP_FORMAT_DOC,
+    crate::sinks::TIMESTAMP_KEY_DOC,
 ];
 
 /// Largest default of `max_buffered_bytes`: a few librdkafka batches
@@ -191,10 +212,12 @@ pub struct KafkaSinkConfig {
     pub fallback_topic: String,
     /// Field whose value is the message key (same key → same partition).
     pub key_field: Option<String>,
+    /// Message headers: name and value template, in config order.
+    pub headers: Vec<(String, Template)>,
     /// `text` or `ndjson`.
     pub encoding: Encoding,
     /// librdkafka settings, the pass-through ones last.
-    pub client: Vec<(String, String)>,
+    pub client: Settings,
     /// Upper bound of the congestion window, in batches.
     pub max_in_flight: usize,
     /// Bytes handed to librdkafka before their delivery reports, at most,
@@ -241,7 +264,7 @@ impl KafkaSinkConfig {
         }
         let compression = map.choice("compression", COMPRESSIONS).unwrap_or("none");
         let acks = map.choice("acks", ACKS).unwrap_or("all");
-        let mut client: Vec<(String, String)> = vec![
+        let mut client = SettingsBuilder::new(vec![
             ("bootstrap.servers".into(), brokers.join(",")),
             ("compression.type".into(), compression.into()),
             ("acks".into(), acks.into()),
@@ -254,7 +277,7 @@ impl KafkaSinkConfig {
             // congestion window; a short timeout makes an outage visible
             // to that loop soon.
             ("message.timeout.ms".into(), "10000".into()),
-        ];
+        ]);
         // Longer than a produce round trip under load, so that librdkafka's
         // idempotent producer does not busy-poll (see
         // `SharedProducer::get`); a full batch (`batch.size`) is sent at
@@ -263,15 +286,33 @@ impl KafkaSinkConfig {
         if let Some(b) = map.get("batch") {
             if let Some(bm) = b.as_map(&["max_bytes", "linger_ms"]) {
                 if let Some(v) = bm.u64("max_bytes", true) {
-                    client.push(("batch.size".into(), v.to_string()));
+                    client.push("batch.size", v.to_string());
                 }
                 if let Some(v) = bm.u64("linger_ms", false) {
                     linger = v;
                 }
             }
         }
-        client.push(("linger.ms".into(), linger.to_string()));
-        librdkafka_settings(&map, &mut client, &[])?;
+        client.push("linger.ms", linger.to_string());
+        let client = client.finish(&map, &[])?;
+        let mut headers = Vec::new();
+        if let Some(n) = map.get("headers") {
+            match n.as_map_quiet() {
+                Some(m) => {
+                    for (name, v) in m.entries() {
+                        if name.is_empty() {
+                            v.error("a header needs a name");
+                            return None;
+                        }
+                        headers.push((name.to_string(), Template::parse(v.as_str()?, v)?));
+                    }
+                }
+                None => {
+                    n.error("`headers` maps header names to templates, e.g. `{ trace_id: \"{{ trace_id }}\" }`");
+                    return None;
+                }
+            }
+        }
         let exactly_once = map.bool("exactly_once").unwrap_or(false);
         if exactly_once && acks != "all" {
             if let Some(n) = map.get("acks") {
@@ -293,6 +334,7 @@ impl KafkaSinkConfig {
             topic,
             fallback_topic,
             key_field: map.str("key_field").map(str::to_string),
+            headers,
             encoding: super::parse_encoding(&map)?,
             client,
             max_in_flight: map
@@ -312,6 +354,7 @@ pub struct KafkaSink {
     topic: Template,
     fallback_topic: String,
     key_field: Option<String>,
+    headers: Vec<(String, Template)>,
     /// The shared producer (none with `exactly_once`).
     producer: Option<Arc<SharedProducer>>,
     max_in_flight: usize,
@@ -320,6 +363,8 @@ pub struct KafkaSink {
     invalid_topic: LazyCounter,
     /// Set with `exactly_once: true`.
     transactional: Option<Arc<transactional::Transactional>>,
+    /// The client certificate's expiry, reported while the sink runs.
+    _certificate: Option<crate::tls::ExpiryGauge>,
 }
 
 impl KafkaSink {
@@ -357,16 +402,28 @@ impl KafkaSink {
                 metrics.clone(),
             ))
         });
+        let certificate = c.client.get("ssl.certificate.location").and_then(|f| {
+            crate::tls::report_certificate_file(
+                &crate::tls::Owner::of(&metrics),
+                std::path::Path::new(f),
+            )
+        });
         Ok(Self {
+            _certificate: certificate,
             transactional,
             encoding: c.encoding.clone(),
             topic: c.topic.clone(),
             fallback_topic: c.fallback_topic.clone(),
             key_field: c.key_field.clone(),
+            headers: c.headers.clone(),
             // The transactional side has a producer of its own.
             producer: match c.exactly_once {
                 true => None,
-                false => Some(SharedProducer::get(&client, buffered)?),
+                false => Some(SharedProducer::get(
+                    &client,
+                    buffered,
+                    metrics.health_key(),
+                )?),
             },
             max_in_flight: c.max_in_flight,
             fallback: metrics.error_counter("topic_field_missing"),
@@ -382,7 +439,10 @@ impl KafkaSink {
             topics: Vec::new(),
             keys: Vec::new(),
             key_ranges: Vec::new(),
+            headers: Vec::new(),
+            header_ranges: Vec::new(),
         };
+        let mut header_missing = 0u64;
         let static_topic = self.topic.as_static();
         if let Some(t) = static_topic {
             r.topics.push(t.to_string());
@@ -421,6 +481,20 @@ impl KafkaSink {
                 });
                 r.key_ranges.push(range);
             }
+            if !self.headers.is_empty() {
+                let start = r.headers.len() as u32;
+                for (h, t) in &self.headers {
+                    if t.render(ev, batch, &mut name) && !name.is_empty() {
+                        producer::push_header(&mut r.headers, h, name.as_bytes());
+                    } else {
+                        header_missing += 1;
+                    }
+                }
+                r.header_ranges.push((start, r.headers.len() as u32));
+            }
+        }
+        if header_missing > 0 {
+            self.metrics.error("template_field_missing", header_missing);
         }
         if missing > 0 {
             self.fallback.inc_by(missing);

@@ -50,6 +50,42 @@ pub struct Routes {
     /// Each record's range in `keys`; empty when no key field is configured,
     /// `None` for a record without the key field.
     pub key_ranges: Vec<Option<(u32, u32)>>,
+    /// Message headers, back to back: per header its name's length (u16
+    /// little-endian), the name, its value's length (u32), the value.
+    pub headers: Vec<u8>,
+    /// Each record's range in `headers`; empty when the sink sets no
+    /// headers.
+    pub header_ranges: Vec<(u32, u32)>,
+}
+
+/// Appends one header to `out` in the layout of [`Routes::headers`].
+pub fn push_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(&(name.len().min(u16::MAX as usize) as u16).to_le_bytes());
+    out.extend_from_slice(&name.as_bytes()[..name.len().min(u16::MAX as usize)]);
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
+}
+
+/// The headers of a record's range of [`Routes::headers`]: (name, value).
+fn headers_of(b: &[u8]) -> Vec<(&[u8], &[u8])> {
+    let mut out = Vec::new();
+    let mut rest = b;
+    while rest.len() >= 2 {
+        let n = u16::from_le_bytes([rest[0], rest[1]]) as usize;
+        let Some(name) = rest.get(2..2 + n) else {
+            break;
+        };
+        let Some(len) = rest.get(2 + n..6 + n) else {
+            break;
+        };
+        let v = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let Some(value) = rest.get(6 + n..6 + n + v) else {
+            break;
+        };
+        out.push((name, value));
+        rest = &rest[6 + n + v..];
+    }
+    out
 }
 
 impl Routes {
@@ -75,6 +111,17 @@ impl Routes {
             out.push(flag);
             out.extend_from_slice(&a.to_le_bytes());
             out.extend_from_slice(&b.to_le_bytes());
+        }
+        // Written only when there are headers, so that routes buffered by
+        // an agent without them still read back.
+        if !self.header_ranges.is_empty() {
+            out.extend_from_slice(&(self.headers.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.headers);
+            out.extend_from_slice(&(self.header_ranges.len() as u32).to_le_bytes());
+            for (a, b) in &self.header_ranges {
+                out.extend_from_slice(&a.to_le_bytes());
+                out.extend_from_slice(&b.to_le_bytes());
+            }
         }
     }
 
@@ -118,11 +165,28 @@ impl Routes {
             }
             key_ranges.push((flag == 1).then_some((a, e)));
         }
+        let (mut headers, mut header_ranges) = (Vec::new(), Vec::new());
+        if !b.is_empty() {
+            let len = u32_(&mut b)? as usize;
+            headers = take(&mut b, len)?.to_vec();
+            let n = u32_(&mut b)? as usize;
+            header_ranges = Vec::with_capacity(n.min(1 << 16));
+            for _ in 0..n {
+                let a = u32_(&mut b)?;
+                let e = u32_(&mut b)?;
+                if a > e || e as usize > headers.len() {
+                    return None;
+                }
+                header_ranges.push((a, e));
+            }
+        }
         b.is_empty().then_some(Routes {
             topic_of,
             topics,
             keys,
             key_ranges,
+            headers,
+            header_ranges,
         })
     }
 }
@@ -267,37 +331,98 @@ impl IntoOpaque for SlotRef {
     }
 }
 
-/// Client context: counts delivery reports down, and keeps librdkafka's
-/// stream of connection errors during an outage to one line per kind every
-/// 30 s (the sink's own retry warnings already say what matters).
-#[derive(Default)]
+/// Client context: counts delivery reports down, fetches OAUTHBEARER
+/// tokens (OIDC), and keeps librdkafka's stream of connection errors
+/// during an outage to one line per kind every 30 s, naming the sinks that
+/// use the producer and, for a refusal (credentials, certificates), the
+/// cause in words (the sink's own retry warnings say what is held).
 pub struct Context {
     last: Mutex<HashMap<String, Instant>>,
+    /// The sinks sharing this producer (`pipeline/sink id`), for the logs.
+    owners: Mutex<Vec<String>>,
+    oidc: Option<crate::kafka_client::Oidc>,
+}
+
+impl Context {
+    /// The context of a producer for `pairs`, used first by `owner`.
+    pub fn new(pairs: &[(String, String)], owner: &str) -> Context {
+        Context {
+            last: Mutex::default(),
+            owners: Mutex::new(vec![owner.to_string()]),
+            oidc: crate::kafka_client::Oidc::from_settings(pairs),
+        }
+    }
+
+    fn owners(&self) -> String {
+        self.owners.lock().join(", ")
+    }
+
+    /// Whether a message of `kind` is logged now: not when one was in the
+    /// last 30 s (an outage repeats the same error many times a second).
+    fn first_in_30s(&self, kind: &str) -> bool {
+        let mut last = self.last.lock();
+        let now = Instant::now();
+        if last
+            .get(kind)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
+        {
+            return false;
+        }
+        last.insert(kind.to_string(), now);
+        true
+    }
 }
 
 impl ClientContext for Context {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         use RDKafkaLogLevel as L;
+        if let Some(cause) = crate::kafka_client::explain_log(fac, log_message) {
+            if self.first_in_30s(cause) {
+                tracing::error!(sink = %self.owners(), fac,
+                    "kafka sink {}: {cause}: {log_message} (repeats are logged every 30 s)", self.owners());
+            }
+            return;
+        }
         // Connection failures also arrive through `error`, rate limited
         // there; librdkafka's own log is for debugging.
         match level {
-            L::Emerg | L::Alert | L::Critical => tracing::error!(fac, "librdkafka: {log_message}"),
-            _ => tracing::debug!(fac, "librdkafka: {log_message}"),
+            L::Emerg | L::Alert | L::Critical => {
+                tracing::error!(sink = %self.owners(), fac, "librdkafka: {log_message}")
+            }
+            _ => tracing::debug!(sink = %self.owners(), fac, "librdkafka: {log_message}"),
         }
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        let kind = format!("{:?}", error.rdkafka_error_code());
-        let mut last = self.last.lock();
-        let now = Instant::now();
-        if last
-            .get(&kind)
-            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
-        {
+        let cause = crate::kafka_client::explain(&error, reason);
+        let kind = match cause {
+            Some(c) => c.to_string(),
+            None => format!("{:?}", error.rdkafka_error_code()),
+        };
+        if !self.first_in_30s(&kind) {
             return;
         }
-        last.insert(kind, now);
-        tracing::warn!(error = %error, reason, "kafka client error (repeats are logged every 30 s)");
+        match cause {
+            Some(cause) => tracing::error!(sink = %self.owners(), error = %error, reason,
+                "kafka sink {}: cannot connect: {cause}; nothing is acknowledged until it can (repeats are logged every 30 s)", self.owners()),
+            None => tracing::warn!(sink = %self.owners(), error = %error, reason,
+                "kafka client error (repeats are logged every 30 s)"),
+        }
+    }
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        let Some(oidc) = &self.oidc else {
+            return Err("no OAUTHBEARER token source (sasl.oauthbearer.method: oidc)".into());
+        };
+        oidc.token().map_err(|e| {
+            tracing::error!(sink = %self.owners(), "kafka sink {}: cannot get an OAUTHBEARER token: {e}", self.owners());
+            e.into()
+        })
     }
 }
 
@@ -422,6 +547,7 @@ impl SharedProducer {
     pub fn get(
         pairs: &[(String, String)],
         buffered_bytes: usize,
+        owner: &str,
     ) -> anyhow::Result<Arc<SharedProducer>> {
         static PRODUCERS: OnceLock<Mutex<HashMap<String, Arc<SharedProducer>>>> = OnceLock::new();
         let mut sorted = pairs.to_vec();
@@ -434,9 +560,10 @@ impl SharedProducer {
             + &format!("\nbuffered={buffered_bytes}");
         let mut map = PRODUCERS.get_or_init(Default::default).lock();
         if let Some(p) = map.get(&key) {
+            p.inner.context().owners.lock().push(owner.to_string());
             return Ok(p.clone());
         }
-        let p = Self::private(pairs, buffered_bytes)?;
+        let p = Self::private(pairs, buffered_bytes, owner)?;
         map.insert(key, p.clone());
         Ok(p)
     }
@@ -447,9 +574,10 @@ impl SharedProducer {
     pub fn private(
         pairs: &[(String, String)],
         buffered_bytes: usize,
+        owner: &str,
     ) -> anyhow::Result<Arc<SharedProducer>> {
         let inner: ThreadedProducer<Context> =
-            client_config(pairs).create_with_context(Context::default())?;
+            client_config(pairs).create_with_context(Context::new(pairs, owner))?;
         let budget_bytes = buffered_bytes.clamp(1 << 16, u32::MAX as usize);
         Ok(Arc::new(SharedProducer {
             budget: Arc::new(Semaphore::new(budget_bytes)),
@@ -623,6 +751,108 @@ impl SharedProducer {
         }
     }
 
+    /// Produces slot `s` of `attempt`, which has headers, alone; the
+    /// error code when librdkafka refused it (it then gets no report).
+    fn produce_with_headers(
+        &self,
+        attempt: &Attempt,
+        routes: &Routes,
+        topic: &Topic,
+        partition: i32,
+        s: u32,
+    ) -> Option<RDKafkaErrorCode> {
+        let data = &attempt.data;
+        let slot = &attempt.slots[s as usize];
+        let i = slot.record as usize;
+        let value = record_range(data, i);
+        let (a, b) = routes.header_ranges.get(i).copied().unwrap_or((0, 0));
+        let hdrs = headers_of(
+            routes
+                .headers
+                .get(a as usize..b as usize)
+                .unwrap_or_default(),
+        );
+        // librdkafka reads header names as C strings.
+        let names: Vec<std::ffi::CString> = hdrs
+            .iter()
+            .map(|(n, _)| std::ffi::CString::new(n.to_vec()).unwrap_or_default())
+            .collect();
+        let vu = |vtype, u| rd::rd_kafka_vu_t { vtype, u };
+        use rd::rd_kafka_vtype_t as T;
+        let mut vus = vec![
+            vu(
+                T::RD_KAFKA_VTYPE_RKT,
+                rd::rd_kafka_vu_s__bindgen_ty_1 {
+                    rkt: topic.raw.as_ptr(),
+                },
+            ),
+            vu(
+                T::RD_KAFKA_VTYPE_PARTITION,
+                rd::rd_kafka_vu_s__bindgen_ty_1 { i32_: partition },
+            ),
+            vu(
+                T::RD_KAFKA_VTYPE_VALUE,
+                rd::rd_kafka_vu_s__bindgen_ty_1 {
+                    mem: rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                        ptr: data.bytes[value.start..].as_ptr() as *mut c_void,
+                        size: value.len(),
+                    },
+                },
+            ),
+            vu(
+                T::RD_KAFKA_VTYPE_OPAQUE,
+                rd::rd_kafka_vu_s__bindgen_ty_1 {
+                    ptr: SlotRef(slot as *const Slot).into_ptr(),
+                },
+            ),
+        ];
+        if let Some(Some((ks, ke))) = routes.key_ranges.get(i) {
+            vus.push(vu(
+                T::RD_KAFKA_VTYPE_KEY,
+                rd::rd_kafka_vu_s__bindgen_ty_1 {
+                    mem: rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                        ptr: routes.keys[*ks as usize..].as_ptr() as *mut c_void,
+                        size: (*ke - *ks) as usize,
+                    },
+                },
+            ));
+        }
+        for ((_, v), name) in hdrs.iter().zip(&names) {
+            vus.push(vu(
+                T::RD_KAFKA_VTYPE_HEADER,
+                rd::rd_kafka_vu_s__bindgen_ty_1 {
+                    header: rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_2 {
+                        name: name.as_ptr(),
+                        val: v.as_ptr() as *const c_void,
+                        size: v.len() as isize,
+                    },
+                },
+            ));
+        }
+        // Counted before producing: the report can arrive before the call
+        // returns.
+        attempt.remaining.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: every pointer in `vus` is valid for the call: the topic
+        // handle, the key and header bytes (copied by librdkafka during
+        // the call), and the payload, which points into `attempt.data`,
+        // alive until the message's delivery report (no copy flag, as in
+        // `rd_kafka_produce_batch` below).
+        let err = unsafe {
+            rd::rd_kafka_produceva(self.inner.client().native_ptr(), vus.as_ptr(), vus.len())
+        };
+        if err.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null error from produceva is ours to read and free.
+        let code = unsafe {
+            let c = rd::rd_kafka_error_code(err);
+            rd::rd_kafka_error_destroy(err);
+            c
+        };
+        attempt.remaining.fetch_sub(1, Ordering::AcqRel);
+        Some(RDKafkaErrorCode::from(code))
+    }
+
     /// Hands the slots `todo` of `attempt` to librdkafka, one
     /// `rd_kafka_produce_batch` call per topic. Returns the slots refused
     /// because librdkafka's queue is full; other refusals are recorded in
@@ -664,6 +894,35 @@ impl SharedProducer {
             } else {
                 PARTITION_UA
             };
+            // Records with headers go one by one through
+            // `rd_kafka_produceva` (`rd_kafka_produce_batch` takes no
+            // headers); the others together.
+            let with_headers = |s: u32| {
+                let i = attempt.slots[s as usize].record as usize;
+                routes.header_ranges.get(i).is_some_and(|(a, b)| b > a)
+            };
+            let mut batch_slots: Vec<u32> = Vec::with_capacity(slots.len());
+            for &s in slots {
+                if !with_headers(s) {
+                    batch_slots.push(s);
+                    continue;
+                }
+                if let Some(code) = self.produce_with_headers(attempt, routes, &topic, partition, s)
+                {
+                    if code == RDKafkaErrorCode::QueueFull {
+                        queue_full.push(s);
+                    } else {
+                        attempt.fail(
+                            attempt.slots[s as usize].record,
+                            KafkaError::MessageProduction(code),
+                        );
+                    }
+                }
+            }
+            let slots = &batch_slots;
+            if slots.is_empty() {
+                continue;
+            }
             let mut msgs: Vec<rd::rd_kafka_message_t> = slots
                 .iter()
                 .map(|&s| {
@@ -759,6 +1018,8 @@ mod tests {
             topics: vec!["a".into(), "b-2".into()],
             keys: b"k1k2".to_vec(),
             key_ranges: vec![Some((0, 2)), None, Some((2, 4))],
+            headers: Vec::new(),
+            header_ranges: Vec::new(),
         };
         let mut out = Vec::new();
         r.write(&mut out);

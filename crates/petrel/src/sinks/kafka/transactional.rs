@@ -204,8 +204,9 @@ impl Transactional {
             return Ok(p.clone());
         }
         let (client, buffered) = (self.client.clone(), self.buffered_bytes);
+        let owner = self.metrics.health_key().to_string();
         let p = blocking(move || {
-            let p = SharedProducer::private(&client, buffered)
+            let p = SharedProducer::private(&client, buffered, &owner)
                 .map_err(|e| Failure::Retry(format!("cannot create the producer: {e}")))?;
             // Fences an earlier producer with the same transactional id
             // (this instance before a crash) and aborts its open

@@ -66,6 +66,11 @@ pub const KEYS: &[&str] = &[
     "tls",
     "batch",
     "timeout_ms",
+    "metadata",
+    "only_fields",
+    "except_fields",
+    "timestamp_format",
+    "timestamp_key",
 ];
 
 /// What this plugin does, for the component reference.
@@ -167,6 +172,11 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         doc: r#"When an object is closed: once it holds `max_bytes` of encoded events (before compression; Vector's `batch.max_bytes`) or `max_events` events, or `timeout_ms` after it was opened (Vector's `batch.timeout_secs`). Its events are acknowledged only then, so `timeout_ms` also bounds how long a source waits for them (see "Archiving to S3")."#,
     },
     crate::sinks::http::timeout_doc(r#"60000"#),
+    crate::sinks::METADATA_DOC,
+    crate::sinks::ONLY_FIELDS_DOC,
+    crate::sinks::EXCEPT_FIELDS_DOC,
+    crate::sinks::TIMESTAMP_FORMAT_DOC,
+    crate::sinks::TIMESTAMP_KEY_DOC,
 ];
 
 /// The storage classes S3 knows.
@@ -479,7 +489,7 @@ impl S3Sink {
             c.region.clone(),
         )
         .map_err(|e| anyhow::anyhow!("bucket {} at {}: {e}", c.bucket, c.endpoint))?;
-        let client = build_client(&c.tls, c.timeout)?;
+        let client = build_client(&c.tls, c.timeout, &crate::tls::Owner::of(&metrics))?;
         let store = store::Store::new(
             bucket,
             client,

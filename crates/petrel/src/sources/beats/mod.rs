@@ -168,6 +168,7 @@ impl Decode for BeatsDecode {
                 message: Value::Null,
                 fields: Vec::with_capacity(top.len()),
                 time_ns: None,
+                hidden: petrel_core::Hidden::NONE,
             };
             for (k, v) in top.drain(..) {
                 match &*k {

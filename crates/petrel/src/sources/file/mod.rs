@@ -36,6 +36,7 @@ pub const KEYS: &[&str] = &[
     "read_block_bytes",
     "multiline",
     "close_inactive_secs",
+    "ignore_older",
 ];
 
 /// What this plugin does, for the component reference.
@@ -83,7 +84,16 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"300"#),
         doc: r#"A file read to its end that has not grown for this long is closed (its offset kept) and reopened at that offset when it grows, so thousands of idle files do not hold a descriptor each."#,
     },
+    IGNORE_OLDER_DOC,
 ];
+
+/// The `ignore_older` key, documented once for every plugin that reads it.
+pub const IGNORE_OLDER_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
+    name: "ignore_older",
+    kind: petrel_core::plugin::KeyKind::Duration,
+    default: None,
+    doc: r#"A file without checkpoint last modified longer ago than this (`24h`, `7d`; Filebeat's `ignore_older`, Vector's `ignore_older_secs`) is not read: it is watched from its end, so lines appended to it later are read. Files with a checkpoint resume where they were."#,
+};
 
 /// The `partial_line_timeout_ms` key, documented once for every plugin that reads it.
 pub const PARTIAL_LINE_TIMEOUT_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
@@ -127,6 +137,9 @@ pub struct FileSourceConfig {
     /// Close a file read to its end that did not grow for this long
     /// (default 5 minutes); it is reopened at its offset when it grows.
     pub close_inactive: Option<Duration>,
+    /// A file without checkpoint whose last change is older than this is
+    /// watched from its end: only what is appended later is read.
+    pub ignore_older: Option<Duration>,
 }
 
 impl FileSourceConfig {
@@ -209,6 +222,10 @@ impl FileSourceConfig {
             close_inactive: map
                 .u64("close_inactive_secs", false)
                 .map(Duration::from_secs),
+            ignore_older: match map.get("ignore_older") {
+                Some(n) => Some(n.as_duration()?),
+                None => None,
+            },
         })
     }
 }

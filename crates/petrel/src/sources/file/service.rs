@@ -1081,9 +1081,21 @@ fn open_reader(
             && Fingerprint::read_len(&file, e.fingerprint.len as usize).ok() == Some(e.fingerprint);
         (same && e.offset <= size).then_some(e.offset)
     });
+    // Not changed for longer than `ignore_older`: what it holds is not
+    // read, what is appended to it later is.
+    let too_old = spec.config.ignore_older.is_some_and(|limit| {
+        meta.modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > limit)
+    });
     let offset = match resumed {
         Some(o) => o,
         None if may_start_at_end && spec.config.read_from == ReadFrom::End => size,
+        None if too_old => {
+            tracing::debug!(path = %f.path.display(), "older than ignore_older: watched from its end");
+            size
+        }
         None => 0,
     };
     tracing::debug!(path = %f.path.display(), offset, resumed = resumed.is_some(), "watching file");

@@ -478,6 +478,7 @@ fn record_event(c: &mut Cur<'_>, tag: &Value, time_ns: i64) -> R<Event> {
         message: Value::Null,
         fields: Vec::with_capacity(pairs + 1),
         time_ns: Some(time_ns),
+        hidden: petrel_core::Hidden::NONE,
     };
     ev.fields.push((Key::Borrowed(TAG_FIELD), tag.clone()));
     let mut message = None;

@@ -93,7 +93,7 @@ use rdkafka::ClientContext;
 
 use self::link::{ConsumerLink, GroupMember};
 use self::tracker::{Tp, Tracker, TrackerAcks};
-use crate::kafka_client::{librdkafka_settings, valid_topic};
+use crate::kafka_client::{valid_topic, Settings, SettingsBuilder};
 use crate::processors::parse_json::JsonParser;
 
 /// Keys accepted by the kafka source.
@@ -107,6 +107,8 @@ pub const KEYS: &[&str] = &[
     "decoding",
     "drain_timeout_ms",
     "commit_interval_ms",
+    "tls",
+    "sasl",
     "librdkafka",
 ];
 
@@ -159,11 +161,13 @@ pub const KEY_DOCS: &[petrel_core::plugin::KeyDoc] = &[
         default: Some(r#"250"#),
         doc: r#"How often delivered offsets are committed (besides at revocation and shutdown); at least 10. A member that crashes makes the group read again at most the records in flight plus this interval's delivered records (an asynchronous commit each time: four a second cost nothing measurable)."#,
     },
+    crate::kafka_client::TLS_DOC,
+    crate::kafka_client::SASL_DOC,
     petrel_core::plugin::KeyDoc {
         name: "librdkafka",
         kind: petrel_core::plugin::KeyKind::Map,
         default: None,
-        doc: r#"librdkafka consumer settings, applied last (`session.timeout.ms`, `security.protocol`, `sasl.*`, `partition.assignment.strategy`...); checked when the file is loaded. `enable.auto.commit` is refused. Set by the source unless given here: `isolation.level: read_committed`, `partition.assignment.strategy: cooperative-sticky`, and, sized from the pipeline's share of `--memory-limit` (L) so that what librdkafka prefetches outside the limit stays bounded (about L/8 of records): `queued.max.messages.kbytes` L/16 (1 MiB at the default 16 MiB; 256 KiB to 64 MiB), `fetch.max.bytes` L/16 (at least 1 MiB), `max.partition.fetch.bytes` L/64 (64 KiB to 1 MiB), `fetch.queue.backoff.ms: 2`. Settings given here win over these."#,
+        doc: r#"librdkafka consumer settings (`session.timeout.ms`, `partition.assignment.strategy`...). Applied last: they win over `tls`, `sasl` and the source's own. Checked when the configuration is loaded, in the order written, every refusal reported at its key. `enable.auto.commit` is refused. `sasl.oauthbearer.method: oidc` and its `sasl.oauthbearer.token.endpoint.url`, `client.id`, `client.secret`, `scope` are served by Petrel (librdkafka's own OIDC needs libcurl, not in the build). Set by the source unless given here: `isolation.level: read_committed`, `partition.assignment.strategy: cooperative-sticky`, and, sized from the pipeline's share of `--memory-limit` (L) so that what librdkafka prefetches outside the limit stays bounded (about L/8 of records): `queued.max.messages.kbytes` L/16 (1 MiB at the default 16 MiB; 256 KiB to 64 MiB), `fetch.max.bytes` L/16 (at least 1 MiB), `max.partition.fetch.bytes` L/64 (64 KiB to 1 MiB), `fetch.queue.backoff.ms: 2`."#,
     },
 ];
 
@@ -240,7 +244,7 @@ pub struct KafkaSourceConfig {
     drain_timeout: Duration,
     commit_interval: Duration,
     /// librdkafka settings, the user's last.
-    client: Vec<(String, String)>,
+    client: Settings,
 }
 
 impl KafkaSourceConfig {
@@ -293,7 +297,7 @@ impl KafkaSourceConfig {
             Duration::from_millis(map.u64("drain_timeout_ms", false).unwrap_or(10_000));
         let commit_interval =
             Duration::from_millis(map.u64("commit_interval_ms", false).unwrap_or(250).max(10));
-        let mut client: Vec<(String, String)> = vec![
+        let client = SettingsBuilder::new(vec![
             ("bootstrap.servers".into(), brokers.join(",")),
             ("group.id".into(), group.into()),
             // Offsets are committed by the source after delivery, never by
@@ -322,10 +326,9 @@ impl KafkaSourceConfig {
             ("statistics.interval.ms".into(), "5000".into()),
             // New topics matching a `^regex` are found this soon.
             ("topic.metadata.refresh.interval.ms".into(), "10000".into()),
-        ];
-        librdkafka_settings(
+        ]);
+        let client = client.finish(
             &map,
-            &mut client,
             &[(
                 "enable.auto.commit",
                 "the source commits offsets itself, after delivery",
@@ -415,6 +418,8 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             errors: ctx.metrics.error_counter("consumer"),
             metrics: ctx.metrics.clone(),
             key: ctx.key.clone(),
+            oidc: crate::kafka_client::Oidc::from_settings(&self.client),
+            logged: Mutex::new(HashMap::new()),
         });
         // Sized from the limit first, so that the user's settings win.
         let mut pairs = fetch_sizes(ctx.budget.limit());
@@ -460,9 +465,19 @@ impl petrel_core::plugin::SourceConfig for KafkaSourceConfig {
             stop: stop.clone(),
             link,
         };
+        let certificate = self.client.get("ssl.certificate.location").and_then(|f| {
+            crate::tls::report_certificate_file(
+                &crate::tls::Owner::of(&ctx.metrics),
+                std::path::Path::new(f),
+            )
+        });
         let thread = std::thread::Builder::new()
             .name(format!("petrel-kafka-{}", ctx.id))
-            .spawn(move || reader.run())?;
+            .spawn(move || {
+                // The certificate's expiry is reported while the source runs.
+                let _certificate = certificate;
+                reader.run()
+            })?;
         tracing::info!(source = %ctx.key, topics = ?self.topics, "consuming Kafka");
         Ok(Box::new(RunningKafka {
             stop,
@@ -542,6 +557,11 @@ struct Shared {
     errors: LazyCounter,
     metrics: ComponentMetrics,
     key: String,
+    /// OAUTHBEARER tokens from OIDC client credentials, when configured.
+    oidc: Option<crate::kafka_client::Oidc>,
+    /// When each explained refusal (credentials, certificates) was last
+    /// logged: once every 30 s while it lasts.
+    logged: Mutex<HashMap<&'static str, Instant>>,
 }
 
 impl Shared {
@@ -725,7 +745,14 @@ fn names(tpl: &TopicPartitionList) -> String {
 struct Ctx(Arc<Shared>);
 
 impl ClientContext for Ctx {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if let Some(cause) = crate::kafka_client::explain_log(fac, log_message) {
+            tracing::error!(source = %self.0.key, facility = fac,
+                "kafka source {}: {cause}: {log_message}", self.0.key);
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -742,7 +769,34 @@ impl ClientContext for Ctx {
 
     fn error(&self, error: KafkaError, reason: &str) {
         self.0.errors.inc();
-        tracing::warn!(source = %self.0.key, error = %error, "kafka consumer: {reason}");
+        let Some(cause) = crate::kafka_client::explain(&error, reason) else {
+            tracing::warn!(source = %self.0.key, error = %error, "kafka consumer: {reason}");
+            return;
+        };
+        let now = Instant::now();
+        let mut logged = self.0.logged.lock();
+        if logged
+            .get(cause)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(30))
+        {
+            return;
+        }
+        logged.insert(cause, now);
+        tracing::error!(source = %self.0.key, error = %error, reason,
+            "kafka source {}: cannot connect: {cause}; nothing is read until it can (repeats are logged every 30 s)", self.0.key);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        let Some(oidc) = &self.0.oidc else {
+            return Err("no OAUTHBEARER token source (sasl.oauthbearer.method: oidc)".into());
+        };
+        oidc.token().map_err(|e| {
+            tracing::error!(source = %self.0.key, "kafka source {}: cannot get an OAUTHBEARER token: {e}", self.0.key);
+            e.into()
+        })
     }
 
     fn stats(&self, statistics: Statistics) {

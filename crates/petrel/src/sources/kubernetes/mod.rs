@@ -287,6 +287,7 @@ fn reading(
         read_block_bytes: 256 << 10,
         multiline,
         close_inactive: None,
+        ignore_older: None,
     })
 }
 

@@ -938,7 +938,7 @@ impl DiskDispatcher {
         }
         match self.refusing_since {
             Some((since, _)) if since.elapsed() >= Duration::from_millis(200) => self.metrics.failing(
-                "the spool is full (buffer.max_bytes of undelivered data); received data is refused until the sinks catch up",
+                "the spool is full (buffer.max_size of undelivered data); received data is refused until the sinks catch up",
             ),
             Some(_) => {}
             None => self.metrics.recovered(),

@@ -109,14 +109,20 @@ impl Default for BufferOptions {
 }
 
 /// Keys of `buffer:`.
-pub const BUFFER_KEYS: &[&str] = &["type", "max_bytes", "when_full", "sync_interval_ms"];
+pub const BUFFER_KEYS: &[&str] = &[
+    "type",
+    "max_size",
+    "max_bytes",
+    "when_full",
+    "sync_interval_ms",
+];
 
 /// The `buffer` key, documented once for every plugin that reads it.
 pub const BUFFER_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
     name: "buffer",
     kind: petrel_core::plugin::KeyKind::Map,
     default: Some(r#"{type: memory}"#),
-    doc: r#"Where received data waits until every sink acknowledged it: `{type, max_bytes, when_full, sync_interval_ms}`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before it counts as accepted. `max_bytes` (disk only, default `256MiB`, at least `1MiB`) bounds undelivered data; `when_full`: `block` (default: stop reading, HTTP answers 503) or `drop_newest` (counted, `reason=buffer_full`); `sync_interval_ms` (disk only, default `100`, at most 60000): socket data is synced within this time. See the delivery guarantee chapter of the book."#,
+    doc: r#"Where received data waits until every sink acknowledged it: `{type, max_size, when_full, sync_interval_ms}`, as a sink's `buffer`. `type: memory` (the default) charges it to the pipeline's memory budget (lost if the agent is killed); `type: disk` appends it to a spool under the data dir before it counts as accepted. `max_size` (disk only, default `256MiB`, at least `1MiB`; the older name `max_bytes` is read with a deprecation warning) bounds undelivered data; `when_full`: `block` (default: stop reading, HTTP answers 503) or `drop_newest` (counted, `reason=buffer_full`); `sync_interval_ms` (disk only, default `100`, at most 60000): socket data is synced within this time. See the delivery guarantee chapter of the book."#,
 };
 
 /// The `max_connections` key, documented once for every plugin that reads it.
@@ -149,14 +155,31 @@ impl BufferOptions {
             None if m.get("type").is_some() => ok = false,
             None => {}
         }
-        if let Some(n) = m.get("max_bytes") {
-            match n.as_u64(true) {
-                Some(v) if v >= 1 << 20 => b.max_bytes = v,
-                Some(_) => {
-                    n.error("`max_bytes` must be at least 1MiB");
-                    ok = false;
+        // `max_size`, as a sink's buffer says it; `max_bytes` is its old
+        // name here, still read.
+        let size_key = match (m.get("max_size"), m.get("max_bytes")) {
+            (Some(_), Some(old)) => {
+                old.error("`max_bytes` is the old name of `max_size`; keep only `max_size`");
+                ok = false;
+                None
+            }
+            (Some(_), None) => Some("max_size"),
+            (None, Some(old)) => {
+                old.warn("`buffer.max_bytes` is deprecated: write `max_size` (the name a sink's disk buffer uses)");
+                Some("max_bytes")
+            }
+            (None, None) => None,
+        };
+        if let Some(key) = size_key {
+            if let Some(n) = m.get(key) {
+                match n.as_u64(true) {
+                    Some(v) if v >= 1 << 20 => b.max_bytes = v,
+                    Some(_) => {
+                        n.error(format!("`{key}` must be at least 1MiB"));
+                        ok = false;
+                    }
+                    None => ok = false,
                 }
-                None => ok = false,
             }
         }
         match m.choice("when_full", &["block", "drop_newest"]) {
@@ -171,9 +194,9 @@ impl BufferOptions {
                 None => ok = false,
             }
         }
-        if !b.disk && m.get("max_bytes").is_some() {
-            if let Some(n) = m.get("max_bytes") {
-                n.error("`max_bytes` applies to `type: disk`; a memory buffer is bounded by `--memory-limit`");
+        if let (false, Some(key)) = (b.disk, size_key) {
+            if let Some(n) = m.get(key) {
+                n.error(format!("`{key}` applies to `type: disk`; a memory buffer is bounded by `--memory-limit`"));
             }
             ok = false;
         }

@@ -512,19 +512,15 @@ pub fn parse_bearer_auth(map: &Map<'_>) -> Option<Option<String>> {
     };
     let m = n.as_map(&["bearer_token"])?;
     let t = m.required("bearer_token", "\"${PETREL_HTTP_TOKEN}\"")?;
-    let raw = t.as_str()?;
-    match petrel_core::config::expand_env(raw, |name| std::env::var(name).ok()) {
-        Err(e) => {
-            t.error(e);
-            None
-        }
-        Ok(s) if s.is_empty() => {
+    match t.as_str() {
+        None => None,
+        Some("") => {
             t.error(
                 "`bearer_token` is empty (an unset environment variable?); set it or remove `auth`",
             );
             None
         }
-        Ok(s) => Some(Some(s.into_owned())),
+        Some(s) => Some(Some(s.to_string())),
     }
 }
 

@@ -356,7 +356,10 @@ pub fn start_protocol(
     handler: Serve,
     what: &str,
 ) -> anyhow::Result<Box<dyn petrel_core::plugin::Source>> {
-    let tls = match tls.map(|t| t.server_config()).transpose() {
+    let tls = match tls
+        .map(|t| t.server_config(&crate::tls::Owner::of(&ctx.metrics)))
+        .transpose()
+    {
         Ok(t) => t,
         Err(e) => {
             let _ = runner.wait_stopped(std::time::Instant::now());

@@ -5,9 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use petrel_core::config::Map;
-use rustls::server::WebPkiClientVerifier;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Keys of `tls:`.
 pub const TLS_KEYS: &[&str] = &["cert_file", "key_file", "ca_file"];
@@ -17,7 +14,7 @@ pub const TLS_DOC: petrel_core::plugin::KeyDoc = petrel_core::plugin::KeyDoc {
     name: "tls",
     kind: petrel_core::plugin::KeyKind::Map,
     default: None,
-    doc: r#"Serve TLS (rustls) on a TCP address: `{cert_file, key_file, ca_file}` (PEM). With `ca_file`, clients must present a certificate signed by that CA (mutual TLS). A failed handshake is counted `tls_handshake_failed`."#,
+    doc: r#"Serve TLS (rustls) on a TCP address: `{cert_file, key_file, ca_file}` (PEM). With `ca_file`, clients must present a certificate signed by that CA (mutual TLS). A failed handshake is counted `tls_handshake_failed`. The files are read again when they change (a Kubernetes Secret's symlink swap included): new connections get the new certificate, established ones go on; a new pair that cannot be used is refused with an error in the log and the previous one stays. `petrel_tls_certificate_expiry_seconds` reports when the certificate expires."#,
 };
 
 /// Paths of the server's certificate chain and key, and of the CA that
@@ -51,66 +48,55 @@ impl TlsOptions {
             key_file: key.into(),
             ca_file: m.str("ca_file").map(PathBuf::from),
         };
-        // Loaded now so a wrong path or file fails `validate`, naming it.
-        if let Err(e) = opts.server_config() {
+        // Loaded now so a wrong path or file fails `validate`, naming it
+        // (not with `--offline`: the files are on the host).
+        if !petrel_core::config::host_checks() {
+            return Some(Some(opts));
+        }
+        if let Err(e) = opts.check() {
             node.error(format!("{e:#}"));
             return None;
         }
         Some(Some(opts))
     }
 
-    /// The rustls server configuration.
-    pub fn server_config(&self) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.cert_file)
-            .and_then(|it| it.collect())
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read certificates from `cert_file` {}: {e}",
-                    self.cert_file.display()
-                )
-            })?;
-        if certs.is_empty() {
-            anyhow::bail!(
-                "`cert_file` {} holds no PEM certificate",
-                self.cert_file.display()
-            );
-        }
-        let key = PrivateKeyDer::from_pem_file(&self.key_file).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot read a private key from `key_file` {}: {e}",
-                self.key_file.display()
-            )
-        })?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()?;
-        let builder = match &self.ca_file {
-            None => builder.with_no_client_auth(),
-            Some(ca) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for c in CertificateDer::pem_file_iter(ca)
-                    .map_err(|e| anyhow::anyhow!("cannot read `ca_file` {}: {e}", ca.display()))?
-                {
-                    let c = c.map_err(|e| {
-                        anyhow::anyhow!("cannot read `ca_file` {}: {e}", ca.display())
-                    })?;
-                    roots.add(c).map_err(|e| {
-                        anyhow::anyhow!("invalid CA certificate in {}: {e}", ca.display())
-                    })?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                        .build()?;
-                builder.with_client_cert_verifier(verifier)
-            }
-        };
-        let cfg = builder.with_single_cert(certs, key).map_err(|e| {
-            anyhow::anyhow!(
-                "`cert_file` {} and `key_file` {} do not form a usable pair: {e}",
-                self.cert_file.display(),
-                self.key_file.display()
-            )
-        })?;
+    /// Reads the files once, as [`TlsOptions::server_config`] will: an
+    /// error says what is wrong with which.
+    pub fn check(&self) -> anyhow::Result<()> {
+        crate::tls::check_files(&self.cert_file, &self.key_file, self.ca_file.as_deref())
+    }
+
+    /// The rustls server configuration, its files followed as they change
+    /// (`crate::tls`); `owner` names it in the logs and the expiry gauge.
+    pub fn server_config(
+        &self,
+        owner: &crate::tls::Owner,
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        Ok(Arc::new(crate::tls::server_config(
+            &self.cert_file,
+            &self.key_file,
+            self.ca_file.as_deref(),
+            owner,
+        )?))
+    }
+
+    /// [`TlsOptions::server_config`] for a protocol whose senders never
+    /// read (syslog, tcp): no TLS 1.3 session tickets. A ticket the sender
+    /// never reads sits in its socket's receive buffer, and closing a
+    /// socket with unread data sends a reset instead of an orderly close,
+    /// which makes the receiving kernel throw away what it had not yet
+    /// handed to Petrel: the sender's last lines were lost.
+    pub fn one_way_server_config(
+        &self,
+        owner: &crate::tls::Owner,
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let mut cfg = crate::tls::server_config(
+            &self.cert_file,
+            &self.key_file,
+            self.ca_file.as_deref(),
+            owner,
+        )?;
+        cfg.send_tls13_tickets = 0;
         Ok(Arc::new(cfg))
     }
 }

@@ -268,7 +268,11 @@ impl petrel_core::plugin::SourceConfig for SyslogSourceConfig {
                     let spec = StreamSpec {
                         addr: self.address.clone(),
                         limits: self.limits,
-                        tls: self.tls.as_ref().map(|t| t.server_config()).transpose()?,
+                        tls: self
+                            .tls
+                            .as_ref()
+                            .map(|t| t.one_way_server_config(&crate::tls::Owner::of(&ctx.metrics)))
+                            .transpose()?,
                         socket_mode: self.socket_mode,
                         splitter: Arc::new(move || {
                             Box::new(SyslogSplitter::new(
@@ -384,6 +388,7 @@ impl Decode for SyslogDecode {
                 message: span_of(s.start, &m.message),
                 fields,
                 time_ns: m.timestamp_ns,
+                hidden: petrel_core::Hidden::NONE,
             });
         }
     }

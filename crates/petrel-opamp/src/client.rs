@@ -108,6 +108,9 @@ pub struct Refusal {
 }
 
 /// What the client tells the agent.
+// A handful per connection and offer, moved once through a channel: the
+// size of the offer variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Event {
     /// Connected (the server answered the first message).
@@ -414,12 +417,10 @@ impl Client {
         }
         if let Some(err) = msg.error_response {
             if err.r#type == proto::ServerErrorResponseType::Unavailable as i32 {
-                let after = match err.details {
-                    Some(proto::server_error_response::Details::RetryInfo(r)) => {
-                        Some(Duration::from_nanos(r.retry_after_nanoseconds).min(MAX_RETRY_AFTER))
-                    }
-                    None => None,
-                };
+                let after = err.details.map(|d| {
+                    let proto::server_error_response::Details::RetryInfo(r) = d;
+                    Duration::from_nanos(r.retry_after_nanoseconds).min(MAX_RETRY_AFTER)
+                });
                 asked.unavailable = Some(after);
             }
             self.emit(Event::ServerError {

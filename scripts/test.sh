@@ -112,7 +112,7 @@ fi
 # toolchain with cargo-fuzz, kubeconform/kustomize/helm) build here too.
 servers() {
     local s t0
-    for s in fetch-kafka opensearch victorialogs versitygw otelcol \
+    for s in fetch-kafka opensearch victorialogs versitygw otelcol opamp-server \
         install-hec-clients install-fluent-clients install-beats-clients \
         "check-docs --tools-only" "check-kubernetes --tools-only" cargo-deb cargo-fuzz; do
         t0=$SECONDS

@@ -67,6 +67,19 @@ pub struct Unhealthy {
     pub for_secs: u64,
 }
 
+/// One open problem and its state, as reported by [`Health::snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProblemState {
+    /// Who raised it (`pipeline/sink/out`, `thread/petrel-input`).
+    pub component: String,
+    /// `stuck`, `unhealthy`, `failing` or `degraded`.
+    pub state: &'static str,
+    /// What is wrong.
+    pub reason: String,
+    /// How long it has been open.
+    pub for_secs: u64,
+}
+
 impl Default for Health {
     fn default() -> Self {
         Self {
@@ -255,6 +268,40 @@ impl Health {
             .collect()
     }
 
+    /// Every open problem with its state, for the health tree a
+    /// management server is sent (the same states `/health` reports):
+    /// `stuck` (a dead or stuck thread), `unhealthy` (counts now: fatal,
+    /// or failing for longer than the grace period), `failing` (within the
+    /// grace period), `degraded`.
+    pub fn snapshot(&self) -> Vec<ProblemState> {
+        let after = *self.unhealthy_after.lock();
+        let now = Instant::now();
+        let mut problems = self.problems.lock();
+        problems.retain(|_, p| p.expires.is_none_or(|t| t > now));
+        problems
+            .iter()
+            .map(|(k, p)| ProblemState {
+                component: k.clone(),
+                state: if p.stuck {
+                    "stuck"
+                } else if p.degraded {
+                    "degraded"
+                } else if p.fatal || p.since.elapsed() >= after {
+                    "unhealthy"
+                } else {
+                    "failing"
+                },
+                reason: p.reason.clone(),
+                for_secs: p.since.elapsed().as_secs(),
+            })
+            .collect()
+    }
+
+    /// The phase (see [`Health::set_phase`]).
+    pub fn phase(&self) -> Phase {
+        *self.phase.lock()
+    }
+
     /// True when a problem that is unhealthy at once is open.
     pub fn has_fatal(&self) -> bool {
         let now = Instant::now();
@@ -342,6 +389,30 @@ mod tests {
         h.stuck("thread/petrel-input", "thread died");
         h.fatal("thread/petrel-input", "thread died");
         assert_eq!(h.liveness().len(), 1);
+    }
+
+    #[test]
+    fn snapshot_names_each_problem_state() {
+        let h = Health::default();
+        h.set_unhealthy_after(Duration::from_secs(60));
+        h.failing("p/sink/a", "HTTP 503");
+        h.fatal("p/sink/b", "disk full");
+        h.degraded("p/reload", "refused");
+        h.stuck("thread/w", "busy");
+        let s: Vec<(String, &str)> = h
+            .snapshot()
+            .into_iter()
+            .map(|p| (p.component, p.state))
+            .collect();
+        assert_eq!(
+            s,
+            vec![
+                ("p/reload".to_string(), "degraded"),
+                ("p/sink/a".to_string(), "failing"),
+                ("p/sink/b".to_string(), "unhealthy"),
+                ("thread/w".to_string(), "stuck"),
+            ]
+        );
     }
 
     #[test]

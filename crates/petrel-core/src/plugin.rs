@@ -226,6 +226,20 @@ pub trait SourceConfig: std::fmt::Debug + Send + Sync {
     fn replays_on_start(&self) -> Option<(usize, usize)> {
         None
     }
+
+    /// Local files, directories or devices this source reads besides
+    /// [`SourceConfig::read_globs`] (a journal directory, `/dev/kmsg`),
+    /// checked against the paths a remotely managed pipeline may read.
+    fn local_paths(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The program this source runs when the configuration names one
+    /// (an exec-like feature, refused in remotely managed pipelines unless
+    /// the agent allows it).
+    fn runs_program(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A running source.
@@ -341,6 +355,12 @@ pub trait ProcessorConfig: std::fmt::Debug + Send + Sync {
     fn file_input(&self) -> Option<(&str, &str)> {
         None
     }
+    /// True when this processor reads the agent's environment (VRL with
+    /// `allow_env`): refused in remotely managed pipelines unless the
+    /// agent allows it.
+    fn uses_env(&self) -> bool {
+        false
+    }
 }
 
 /// A parsed `sinks:` entry.
@@ -371,6 +391,21 @@ pub trait SinkConfig: std::fmt::Debug + Send + Sync {
     /// confirm.
     fn commits_source_positions(&self) -> Option<&'static str> {
         None
+    }
+    /// The hosts this sink sends to (`Some(vec![])` for a sink that sends
+    /// nowhere but a local file or stdout), checked against the
+    /// destinations a remotely managed pipeline may send to. `None`, the
+    /// default, means unknown: such a sink is refused in a remote pipeline
+    /// whenever the destinations are limited.
+    fn destinations(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Local files this sink writes (its output, a dead letter file),
+    /// checked against the paths a remotely managed pipeline may write.
+    fn local_writes(&self) -> Vec<PathBuf> {
+        self.output_file()
+            .map(|f| vec![f.path.to_path_buf()])
+            .unwrap_or_default()
     }
 }
 

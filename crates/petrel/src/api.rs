@@ -105,6 +105,8 @@ struct ApiState {
     /// bearer token; on a non-loopback address they are refused without
     /// it.
     token: Option<Arc<str>>,
+    /// The managed state (fleet management over OpAMP), when on.
+    managed: Option<Arc<parking_lot::Mutex<crate::fleet::View>>>,
     /// Which endpoints need the token.
     scope: AuthScope,
 }
@@ -120,6 +122,7 @@ pub async fn serve(
     budget: Arc<MemoryBudget>,
     reload: crossbeam_channel::Sender<ReloadRequest>,
     access: Access,
+    managed: Option<Arc<parking_lot::Mutex<crate::fleet::View>>>,
 ) {
     let listener = match listener
         .set_nonblocking(true)
@@ -141,6 +144,7 @@ pub async fn serve(
             loopback,
             token: access.token,
             scope: access.scope,
+            managed,
         },
         access.tls,
     )
@@ -228,7 +232,10 @@ async fn metrics_handler(
         .into_response()
 }
 
-/// `GET /health`: every open problem (see [`petrel_core::health`]).
+/// `GET /health`: every open problem (see [`petrel_core::health`]), and
+/// the managed state under `managed` when the agent is managed over OpAMP
+/// (server, connected, transport, the last remote configuration's hash
+/// and status, each remote pipeline's status).
 async fn health(
     axum::extract::State(s): axum::extract::State<ApiState>,
     headers: axum::http::HeaderMap,
@@ -239,15 +246,30 @@ async fn health(
         }
     }
     let problems = s.metrics.health.report();
-    if problems.is_empty() {
+    let (code, mut body) = if problems.is_empty() {
         let degraded = s.metrics.health.degradations();
-        if !degraded.is_empty() {
+        if degraded.is_empty() {
+            (StatusCode::OK, serde_json::json!({"status": "ok"}))
+        } else {
             // Working with less (metadata missing): 200, so that nothing
             // restarts or pages, but visible.
-            return degraded_answer(degraded).into_response();
+            (
+                StatusCode::OK,
+                serde_json::json!({"status": "degraded", "problems": problems_json(&degraded)}),
+            )
         }
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "unhealthy", "problems": problems_json(&problems)}),
+        )
+    };
+    if let (Some(m), Some(obj)) = (&s.managed, body.as_object_mut()) {
+        obj.insert("managed".into(), m.lock().json());
     }
-    health_answer(problems).into_response()
+    let mut t = body.to_string();
+    t.push('\n');
+    (code, [(CONTENT_TYPE, "application/json")], t).into_response()
 }
 
 /// The problems of a health answer, as its JSON list.
@@ -261,14 +283,6 @@ fn problems_json(list: &[petrel_core::health::Unhealthy]) -> Vec<serde_json::Val
             })
         })
         .collect()
-}
-
-/// 200 with `{"status":"degraded","problems":[...]}`.
-fn degraded_answer(list: Vec<petrel_core::health::Unhealthy>) -> impl IntoResponse {
-    let list = problems_json(&list);
-    let mut t = serde_json::json!({"status": "degraded", "problems": list}).to_string();
-    t.push('\n');
-    (StatusCode::OK, [(CONTENT_TYPE, "application/json")], t)
 }
 
 /// `GET /health/live`: dead or stuck threads only.
@@ -644,6 +658,7 @@ mod tests {
             reload: tx,
             loopback: false,
             token: token.map(Arc::from),
+            managed: None,
             scope: super::AuthScope::Control,
         };
         rt.spawn(async move {

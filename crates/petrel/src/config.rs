@@ -244,6 +244,13 @@ const TOP_KEYS: &[&str] = &["sources", "processors", "sinks"];
 /// Loads `path`: one pipeline file, or every `*.yaml`/`*.yml` in a
 /// directory. Returns every problem found, each with its position.
 pub fn load(path: &Path) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
+    load_with(path, false)
+}
+
+/// Like [`load`]; with `allow_empty`, a directory without pipeline files
+/// is an empty configuration (an agent whose pipelines all come from its
+/// management server), not an error.
+pub fn load_with(path: &Path, allow_empty: bool) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
     let shown: Arc<str> = path.to_string_lossy().into();
     let whole = |msg: String| {
         vec![ConfigError {
@@ -264,6 +271,9 @@ pub fn load(path: &Path) -> Result<Vec<PipelineConfig>, Vec<ConfigError>> {
             .filter(|p| !is_test_file(p))
             .collect();
         v.sort();
+        if v.is_empty() && allow_empty {
+            return Ok(Vec::new());
+        }
         if v.is_empty() {
             return Err(whole(
                 "no pipeline files (*.yaml or *.yml) in this directory; add one, e.g. from examples/".into(),
@@ -312,7 +322,12 @@ pub fn is_test_file(path: &Path) -> bool {
 
 /// Loads one pipeline file.
 pub fn load_file(path: &Path) -> Result<PipelineConfig, Vec<ConfigError>> {
-    let shown: Arc<str> = path.to_string_lossy().into();
+    load_file_as(path, path.to_string_lossy().into())
+}
+
+/// Loads one pipeline file, naming it `shown` in problems (a remote
+/// pipeline is named by its key, not by where it was staged).
+pub fn load_file_as(path: &Path, shown: Arc<str>) -> Result<PipelineConfig, Vec<ConfigError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![ConfigError {
             file: shown.clone(),

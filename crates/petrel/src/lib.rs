@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod config_watch;
 pub mod data_dir;
+pub mod fleet;
 pub mod host;
 pub mod kafka_client;
 pub mod paths;

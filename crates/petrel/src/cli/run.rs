@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::{api, config, data_dir, topology};
+use crate::{api, config, data_dir, fleet, topology};
 
 use super::parse_bytes;
 
@@ -72,6 +72,15 @@ pub struct RunArgs {
     /// `POST /reload` only).
     #[arg(long)]
     no_watch_config: bool,
+    /// The agent file: fleet management over OpAMP (`opamp:`), how remote
+    /// pipelines are applied (`remote:`) and what they may do (`limits:`).
+    #[arg(long, env = "PETREL_AGENT_CONFIG")]
+    agent_config: Option<PathBuf>,
+    /// The OpAMP server to be managed by (`ws://`, `wss://`, `http://`,
+    /// `https://`), with the agent file's other settings or their
+    /// defaults; overrides the agent file's `opamp.endpoint`.
+    #[arg(long, env = "PETREL_OPAMP_ENDPOINT")]
+    opamp_endpoint: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -186,8 +195,42 @@ enum Control {
     Reload(&'static str),
 }
 
+/// The agent file and the OpAMP settings, when the agent is managed.
+fn fleet_settings(
+    a: &RunArgs,
+) -> Result<
+    Option<(
+        fleet::agent_file::AgentFile,
+        fleet::agent_file::OpampSettings,
+    )>,
+    RunError,
+> {
+    let file = match &a.agent_config {
+        Some(p) => fleet::agent_file::load(p).map_err(RunError::Config)?,
+        None => fleet::agent_file::AgentFile::default(),
+    };
+    let settings = match (&a.opamp_endpoint, &file.opamp) {
+        (Some(e), from_file) => {
+            if let Err(why) = fleet::agent_file::check_endpoint(e) {
+                return Err(RunError::Other(anyhow::anyhow!("--opamp-endpoint: {why}")));
+            }
+            let mut s = from_file
+                .clone()
+                .unwrap_or_else(|| fleet::agent_file::OpampSettings::with_endpoint(e));
+            s.endpoint = e.clone();
+            s
+        }
+        (None, Some(s)) => s.clone(),
+        (None, None) => return Ok(None),
+    };
+    Ok(Some((file, settings)))
+}
+
 fn run(a: RunArgs) -> Result<(), RunError> {
-    let pipelines = config::load(&a.config).map_err(RunError::Config)?;
+    let managed = fleet_settings(&a)?;
+    // A managed agent may have no local pipeline at all: its pipelines
+    // come from the server (or the last set it applied).
+    let pipelines = config::load_with(&a.config, managed.is_some()).map_err(RunError::Config)?;
     for w in pipelines.iter().flat_map(|p| &p.warnings) {
         tracing::warn!("{}:{}:{}: {}", w.file, w.line, w.col, w.message);
     }
@@ -252,6 +295,17 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     metrics
         .health
         .set_unhealthy_after(Duration::from_secs(a.unhealthy_after));
+    // Before any pipeline starts: a start that finds an apply not proven
+    // healthy counts, and may put the last known good set back.
+    let mut fleet = match managed {
+        Some((file, settings)) => Some(fleet::Fleet::open(
+            file,
+            settings,
+            &opts.data_dir,
+            metrics.clone(),
+        )?),
+        None => None,
+    };
     let budget = petrel_core::MemoryBudget::new(opts.memory_limit);
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<Control>();
     let (api_reload_tx, api_reload_rx) = crossbeam_channel::unbounded::<api::ReloadRequest>();
@@ -276,12 +330,24 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             token,
             scope: a.api_auth,
         },
+        fleet.as_ref().map(|f| f.view()),
     ));
     tracing::info!("API listening on {scheme}://{addr}");
     let count = pipelines.len();
+    let rt = runtime.handle().clone();
     // Handed over, not copied: the running topology keeps the only copy
     // of each pipeline's configuration.
     let mut topo = topology::Topology::start(pipelines, &opts, metrics.clone(), budget, runtime)?;
+    // Remote pipelines start after the local ones, from the managed
+    // directory, whether the server answers or not; one that cannot start
+    // is reported and does not stop the agent.
+    let fleet_rx = match fleet.as_mut() {
+        Some(f) => {
+            f.start_remote(&mut topo);
+            f.start(&rt, &topo)
+        }
+        None => crossbeam_channel::never(),
+    };
     metrics
         .health
         .set_phase(petrel_core::health::Phase::Running);
@@ -304,13 +370,22 @@ fn run(a: RunArgs) -> Result<(), RunError> {
                     break;
                 }
                 Ok(Control::Reload(why)) => {
-                    let _ = reload(&a.config, &mut topo, &metrics, why);
+                    let _ = reload(&a.config, &mut topo, &metrics, why, fleet.as_mut());
                 }
                 Err(_) => break,
             },
             recv(api_reload_rx) -> req => {
                 if let Ok(answer) = req {
-                    let _ = answer.send(reload(&a.config, &mut topo, &metrics, "POST /reload"));
+                    let _ = answer.send(reload(&a.config, &mut topo, &metrics, "POST /reload", fleet.as_mut()));
+                }
+            },
+            recv(fleet_rx) -> msg => {
+                if let (Ok(msg), Some(f)) = (msg, fleet.as_mut()) {
+                    let config = &a.config;
+                    let m = &metrics;
+                    f.handle(msg, &mut topo, |topo, f| {
+                        let _ = reload(config, topo, m, "OpAMP restart command", Some(f));
+                    });
                 }
             },
             default(Duration::from_secs(1)) => {}
@@ -320,6 +395,9 @@ fn run(a: RunArgs) -> Result<(), RunError> {
             break;
         }
         report_stuck_workers(&topo, &metrics.health, stuck_after);
+        if let Some(f) = fleet.as_mut() {
+            f.tick(&mut topo);
+        }
         let dead = topo.dead_threads();
         if !dead.is_empty() {
             for t in &dead {
@@ -338,6 +416,9 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     metrics
         .health
         .set_phase(petrel_core::health::Phase::Stopping);
+    if let Some(f) = fleet.as_mut() {
+        f.stop();
+    }
     let deadline = Instant::now() + opts.shutdown_timeout;
     if let Err(e) = topo.shutdown(deadline) {
         failure.get_or_insert(e);
@@ -376,12 +457,15 @@ fn report_stuck_workers(
 }
 
 /// Loads the configuration again and applies it. An invalid one changes
-/// nothing: the running pipelines stay and the errors are logged.
+/// nothing: the running pipelines stay and the errors are logged. When
+/// the agent is managed, the running remote pipelines stay beside the
+/// local ones.
 fn reload(
     path: &std::path::Path,
     topo: &mut topology::Topology,
     metrics: &petrel_core::Metrics,
     why: &str,
+    mut fleet: Option<&mut fleet::Fleet>,
 ) -> Result<String, String> {
     let count = |result: &str| {
         metrics
@@ -390,8 +474,11 @@ fn reload(
             .inc();
     };
     tracing::info!(trigger = why, "reloading the configuration");
-    let pipelines = match config::load(path) {
-        Ok(p) => p,
+    let pipelines = match config::load_with(path, fleet.is_some()) {
+        Ok(p) => match fleet.as_deref_mut() {
+            Some(f) => f.merge_local(p, topo),
+            None => p,
+        },
         Err(errs) => {
             let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
             for e in &text {
@@ -401,7 +488,11 @@ fn reload(
             return Err(text.join("\n"));
         }
     };
-    match topo.apply(pipelines) {
+    let applied = topo.apply(pipelines);
+    if let Some(f) = fleet {
+        f.refresh_effective(topo);
+    }
+    match applied {
         Ok(done) if !done.failed.is_empty() => {
             count("failed");
             let failed: Vec<String> = done

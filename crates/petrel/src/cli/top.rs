@@ -167,6 +167,34 @@ struct Snapshot {
     memory_limit: f64,
     cpu_seconds: f64,
     rss: f64,
+    /// Fleet management: connected (and how), the last remote
+    /// configuration's hash and status.
+    managed: Option<Managed>,
+}
+
+/// What `petrel top` shows of a managed agent.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Managed {
+    connected: bool,
+    transport: String,
+    hash: String,
+    status: String,
+}
+
+impl Managed {
+    fn line(&self) -> String {
+        let conn = if self.connected {
+            format!("connected ({})", self.transport)
+        } else {
+            "disconnected".to_string()
+        };
+        if self.hash.is_empty() {
+            format!("managed: {conn}, no remote configuration yet")
+        } else {
+            let short = self.hash.get(..12).unwrap_or(&self.hash);
+            format!("managed: {conn}, remote config {short} {}", self.status)
+        }
+    }
 }
 
 fn snapshot(samples: &[Sample]) -> Snapshot {
@@ -248,6 +276,18 @@ fn snapshot(samples: &[Sample]) -> Snapshot {
                 } else {
                     e.1 = m.value;
                 }
+            }
+            "petrel_opamp_connected" => {
+                let g = s.managed.get_or_insert_default();
+                if m.value > 0.0 {
+                    g.connected = true;
+                    g.transport = m.label("transport").to_string();
+                }
+            }
+            "petrel_opamp_remote_config_info" => {
+                let g = s.managed.get_or_insert_default();
+                g.hash = m.label("hash").to_string();
+                g.status = m.label("status").to_string();
             }
             "petrel_memory_used_bytes" => s.memory_used = m.value,
             "petrel_memory_limit_bytes" => s.memory_limit = m.value,
@@ -450,9 +490,13 @@ impl App {
             .map_or("-".to_string(), |c| format!("{c:.1} %"));
         f.render_widget(
             Paragraph::new(format!(
-                "petrel top · {} · CPU {cpu} · RSS {}",
+                "petrel top · {} · CPU {cpu} · RSS {}{}",
                 self.addr,
-                human_bytes(cur.rss)
+                human_bytes(cur.rss),
+                cur.managed
+                    .as_ref()
+                    .map(|m| format!(" · {}", m.line()))
+                    .unwrap_or_default()
             ))
             .style(Style::default().add_modifier(Modifier::BOLD)),
             head,
@@ -669,6 +713,26 @@ pub fn run(target: super::tap::ApiTarget, interval: Duration) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_managed_agent_shows_its_server_and_remote_configuration() {
+        let text = "petrel_opamp_connected{transport=\"websocket\"} 1\npetrel_opamp_remote_config_info{hash=\"0a1b2c3d4e5f60718293\",status=\"APPLIED\"} 1\n";
+        let s = snapshot(&parse_metrics(text));
+        assert_eq!(
+            s.managed.unwrap().line(),
+            "managed: connected (websocket), remote config 0a1b2c3d4e5f APPLIED"
+        );
+        let s = snapshot(&parse_metrics(
+            "petrel_opamp_connected{transport=\"none\"} 0\n",
+        ));
+        assert_eq!(
+            s.managed.unwrap().line(),
+            "managed: disconnected, no remote configuration yet"
+        );
+        assert!(snapshot(&parse_metrics("petrel_memory_used_bytes 1\n"))
+            .managed
+            .is_none());
+    }
 
     #[test]
     fn parses_the_exposition_format() {

@@ -245,6 +245,9 @@ pub struct Config {
     /// `file:`: the program's path and text, so that a reload notices a
     /// change of the program alone.
     pub program_file: Option<(String, String)>,
+    /// `allow_env`: the program may read the agent's environment, host
+    /// and files.
+    pub allow_env: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -373,6 +376,7 @@ impl Config {
             max_memory_bytes,
             max_run,
             program_file,
+            allow_env,
         })
     }
 }
@@ -1791,6 +1795,10 @@ pub const PLUGIN: petrel_core::plugin::ProcessorPlugin = petrel_core::plugin::Pr
 };
 
 impl petrel_core::plugin::ProcessorConfig for Config {
+    fn uses_env(&self) -> bool {
+        self.allow_env
+    }
+
     fn type_name(&self) -> &'static str {
         "remap"
     }

@@ -89,6 +89,10 @@ pub struct WhenConfig {
 }
 
 impl ProcessorConfig for WhenConfig {
+    fn uses_env(&self) -> bool {
+        self.inner.uses_env()
+    }
+
     fn type_name(&self) -> &'static str {
         self.inner.type_name()
     }

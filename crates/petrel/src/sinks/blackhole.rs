@@ -76,6 +76,10 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for BlackholeSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(Vec::new())
+    }
+
     fn type_name(&self) -> &'static str {
         "blackhole"
     }

@@ -778,6 +778,18 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for ElasticsearchConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(
+            self.endpoints
+                .iter()
+                .map(|u| u.host_str().unwrap_or_default().to_string())
+                .collect(),
+        )
+    }
+    fn local_writes(&self) -> Vec<std::path::PathBuf> {
+        self.dead_letter.iter().cloned().collect()
+    }
+
     fn type_name(&self) -> &'static str {
         "elasticsearch"
     }

@@ -407,6 +407,10 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for FileSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(Vec::new())
+    }
+
     fn type_name(&self) -> &'static str {
         "file"
     }

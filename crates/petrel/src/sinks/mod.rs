@@ -274,3 +274,32 @@ pub fn count_encode_stats(
         metrics.error("template_field_missing", stats.missing_fields);
     }
 }
+
+/// The host of a `host:port` address (`[::1]:9092` gives `::1`), for the
+/// destinations a remotely managed pipeline may send to.
+pub fn host_of(address: &str) -> String {
+    let a = address.trim();
+    let a = a.split_once("://").map_or(a, |(_, rest)| rest);
+    let a = a.split('/').next().unwrap_or(a);
+    if let Some(rest) = a.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest).to_string();
+    }
+    match a.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h.to_string(),
+        _ => a.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    #[test]
+    fn hosts_of_addresses() {
+        assert_eq!(super::host_of("kafka-1:9092"), "kafka-1");
+        assert_eq!(super::host_of("[::1]:514"), "::1");
+        assert_eq!(
+            super::host_of("SASL_SSL://b.example.com:9093"),
+            "b.example.com"
+        );
+        assert_eq!(super::host_of("broker"), "broker");
+    }
+}

@@ -1625,6 +1625,17 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for OtlpSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(vec![self
+            .endpoint
+            .host_str()
+            .unwrap_or_default()
+            .to_string()])
+    }
+    fn local_writes(&self) -> Vec<std::path::PathBuf> {
+        self.dead_letter.iter().cloned().collect()
+    }
+
     fn type_name(&self) -> &'static str {
         "opentelemetry"
     }

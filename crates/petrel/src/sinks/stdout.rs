@@ -109,6 +109,10 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for StdoutSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(Vec::new())
+    }
+
     fn type_name(&self) -> &'static str {
         "stdout"
     }

@@ -300,6 +300,10 @@ impl SyslogSinkConfig {
 }
 
 impl petrel_core::plugin::SinkConfig for SyslogSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(vec![crate::sinks::host_of(&self.transport.address)])
+    }
+
     fn type_name(&self) -> &'static str {
         "syslog"
     }

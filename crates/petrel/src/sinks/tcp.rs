@@ -79,6 +79,10 @@ impl TcpSinkConfig {
 }
 
 impl petrel_core::plugin::SinkConfig for TcpSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(vec![crate::sinks::host_of(&self.transport.address)])
+    }
+
     fn type_name(&self) -> &'static str {
         "tcp"
     }

@@ -375,6 +375,18 @@ impl JournaldConfig {
 }
 
 impl petrel_core::plugin::SourceConfig for JournaldConfig {
+    fn local_paths(&self) -> Vec<String> {
+        match &self.directory {
+            Some(d) => vec![d.clone()],
+            None => vec!["/var/log/journal".into(), "/run/log/journal".into()],
+        }
+    }
+    fn runs_program(&self) -> Option<String> {
+        // The default is the system's own journalctl; another one named
+        // by the configuration is a program chosen by whoever wrote it.
+        (self.journalctl != "journalctl").then(|| self.journalctl.clone())
+    }
+
     fn type_name(&self) -> &'static str {
         "journald"
     }

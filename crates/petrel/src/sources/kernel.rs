@@ -218,6 +218,10 @@ fn boot_wall_ns() -> i64 {
 }
 
 impl petrel_core::plugin::SourceConfig for KernelConfig {
+    fn local_paths(&self) -> Vec<String> {
+        vec![self.path.clone()]
+    }
+
     fn type_name(&self) -> &'static str {
         "kernel"
     }

@@ -67,6 +67,10 @@ impl SpoolSourceConfig {
 }
 
 impl petrel_core::plugin::SourceConfig for SpoolSourceConfig {
+    fn local_paths(&self) -> Vec<String> {
+        vec![self.path.to_string_lossy().into_owned()]
+    }
+
     fn type_name(&self) -> &'static str {
         "spool"
     }

@@ -50,9 +50,22 @@ pub const PANIC_ON_ENV: &str = "PETREL_TEST_PANIC_ON";
 /// `/health/live`; never set in production.
 pub const HANG_ON_ENV: &str = "PETREL_TEST_HANG_ON";
 
+/// Environment variable naming a text: an event containing it makes the
+/// whole process abort (SIGABRT), as a crash would. A test hook for the
+/// crash-loop guard of remotely managed pipelines; never set in
+/// production.
+pub const ABORT_ON_ENV: &str = "PETREL_TEST_ABORT_ON";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Panic,
+    Hang,
+    Abort,
+}
+
 struct PanicOn {
     text: Vec<u8>,
-    hang: bool,
+    fault: Fault,
 }
 
 impl petrel_core::plugin::Processor for PanicOn {
@@ -60,7 +73,11 @@ impl petrel_core::plugin::Processor for PanicOn {
         for ev in &batch.events {
             if let Some(b) = batch.bytes_of(&ev.message) {
                 if memchr::memmem::find(b, &self.text).is_some() {
-                    if self.hang {
+                    if self.fault == Fault::Abort {
+                        eprintln!("{ABORT_ON_ENV}: event contains the injected text: aborting");
+                        std::process::abort();
+                    }
+                    if self.fault == Fault::Hang {
                         loop {
                             std::thread::park();
                         }
@@ -74,17 +91,22 @@ impl petrel_core::plugin::Processor for PanicOn {
 
 fn fault_injection(metrics: &Arc<Metrics>, pipeline: &str) -> Option<ProcessorSlot> {
     let var = |name| std::env::var(name).ok().filter(|t: &String| !t.is_empty());
-    let (name, text, hang) = match (var(PANIC_ON_ENV), var(HANG_ON_ENV)) {
-        (Some(t), _) => (PANIC_ON_ENV, t, false),
-        (None, Some(t)) => (HANG_ON_ENV, t, true),
-        (None, None) => return None,
+    let (name, text, fault) = match (var(PANIC_ON_ENV), var(HANG_ON_ENV), var(ABORT_ON_ENV)) {
+        (Some(t), _, _) => (PANIC_ON_ENV, t, Fault::Panic),
+        (None, Some(t), _) => (HANG_ON_ENV, t, Fault::Hang),
+        (None, None, Some(t)) => (ABORT_ON_ENV, t, Fault::Abort),
+        (None, None, None) => return None,
     };
-    let what = if hang { "hang" } else { "panic" };
+    let what = match fault {
+        Fault::Panic => "panic",
+        Fault::Hang => "hang",
+        Fault::Abort => "abort the process",
+    };
     tracing::warn!("{name} is set: events containing `{text}` will {what} (test hook)");
     Some(ProcessorSlot {
         processor: Box::new(PanicOn {
             text: text.into_bytes(),
-            hang,
+            fault,
         }),
         metrics: metrics.component(pipeline, "processor", "panic_on", "test_panic_on"),
     })
@@ -231,6 +253,12 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// The agent's metrics registry (for components outside a pipeline,
+    /// such as the OpAMP client's TLS expiry gauge).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// Builds and starts every pipeline. `runtime` runs the sinks (and may
     /// run other tasks, such as the API server).
     pub fn start(
@@ -591,6 +619,17 @@ impl Topology {
                 }
             }
         });
+    }
+
+    /// The configuration of every running pipeline (cheap clones: the
+    /// parsed components are shared).
+    pub fn configs(&self) -> Vec<PipelineConfig> {
+        self.pipelines.values().map(|p| p.config.clone()).collect()
+    }
+
+    /// The running pipelines' configurations, by name.
+    pub fn running(&self) -> impl Iterator<Item = &PipelineConfig> {
+        self.pipelines.values().map(|p| &p.config)
     }
 
     /// Names of the agent's threads and sources that died (they never

@@ -474,6 +474,18 @@ impl Agent {
         }
     }
 
+    /// The exit status if the process has exited (without waiting).
+    pub fn try_exit(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if let Some(st) = self.exit {
+            return Ok(Some(st));
+        }
+        let st = self.child.try_wait()?;
+        if st.is_some() {
+            self.exit = st;
+        }
+        Ok(st)
+    }
+
     /// SIGTERM, then waits (bounded) and asserts exit code 0; returns how
     /// long the exit took.
     pub fn stop(&mut self) -> Duration {

@@ -516,7 +516,7 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__run)
-            opts="-h --config --data-dir --threads --memory-limit --api-addr --api-tls-cert --api-tls-key --api-tls-client-ca --api-auth --api-token-file --log-level --log-format --shutdown-timeout --checkpoint-ttl --unhealthy-after --no-watch-config --help"
+            opts="-h --config --data-dir --threads --memory-limit --api-addr --api-tls-cert --api-tls-key --api-tls-client-ca --api-auth --api-token-file --log-level --log-format --shutdown-timeout --checkpoint-ttl --unhealthy-after --no-watch-config --agent-config --opamp-endpoint --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -579,6 +579,14 @@ _petrel() {
                     return 0
                     ;;
                 --unhealthy-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --agent-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --opamp-endpoint)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

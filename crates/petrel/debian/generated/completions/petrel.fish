@@ -53,6 +53,8 @@ json\t'One JSON object per line: `timestamp`, `level`, `message` and the record\
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l shutdown-timeout -d 'Longest wait, in seconds, for in-flight data at shutdown (and for draining a pipeline changed by a reload)' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l checkpoint-ttl -d 'How long offsets of files that are not seen (a directory not mounted yet, a pipeline removed) are kept, e.g. 7d, 12h, 3600s' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l unhealthy-after -d 'How long a sink may keep failing before `/health` reports it (seconds); problems such as a dead thread count at once' -r
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l agent-config -d 'The agent file: fleet management over OpAMP (`opamp:`), how remote pipelines are applied (`remote:`) and what they may do (`limits:`)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand run" -l opamp-endpoint -d 'The OpAMP server to be managed by (`ws://`, `wss://`, `http://`, `https://`), with the agent file\'s other settings or their defaults; overrides the agent file\'s `opamp.endpoint`' -r
 complete -c petrel -n "__fish_petrel_using_subcommand run" -l no-watch-config -d 'Do not watch `--config` for changes (reload with SIGHUP or `POST /reload` only)'
 complete -c petrel -n "__fish_petrel_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petrel -n "__fish_petrel_using_subcommand validate" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files' -r -F

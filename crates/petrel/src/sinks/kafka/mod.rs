@@ -694,6 +694,15 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for KafkaSinkConfig {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(
+            self.brokers
+                .iter()
+                .map(|b| crate::sinks::host_of(b))
+                .collect(),
+        )
+    }
+
     fn type_name(&self) -> &'static str {
         "kafka"
     }

@@ -674,6 +674,14 @@ pub const PLUGIN: petrel_core::plugin::SinkPlugin = petrel_core::plugin::SinkPlu
 };
 
 impl petrel_core::plugin::SinkConfig for S3Config {
+    fn destinations(&self) -> Option<Vec<String>> {
+        Some(vec![self
+            .endpoint
+            .host_str()
+            .unwrap_or_default()
+            .to_string()])
+    }
+
     fn type_name(&self) -> &'static str {
         "s3"
     }

@@ -184,6 +184,17 @@ pub const PLUGIN: SourcePlugin = SourcePlugin {
 };
 
 impl petrel_core::plugin::SourceConfig for ContainerFilesConfig {
+    fn local_paths(&self) -> Vec<String> {
+        // Files inside containers, through the runtime's socket.
+        vec![
+            self.runtime
+                .containerd_socket
+                .to_string_lossy()
+                .into_owned(),
+            self.runtime.docker_socket.to_string_lossy().into_owned(),
+        ]
+    }
+
     fn type_name(&self) -> &'static str {
         "container_files"
     }

@@ -786,6 +786,9 @@ impl Fleet {
                 tracing::error!(pipeline = %name, error = %e, "cannot remove the remote pipeline from the managed directory");
             }
         }
+        if let Err(e) = self.store.sync() {
+            tracing::error!(error = %e, "cannot sync the managed directory; a power loss now could lose this apply (the server sends it again)");
+        }
         for name in offered.iter().chain(failed.keys()) {
             let st = match failed.get(name) {
                 Some(why) => PipelineStatus {

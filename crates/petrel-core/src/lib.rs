@@ -12,6 +12,7 @@ pub mod encode;
 pub mod event;
 pub mod health;
 pub mod json;
+pub mod le;
 pub mod memory;
 pub mod metrics;
 pub mod plugin;

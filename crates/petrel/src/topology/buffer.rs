@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use petrel_core::le::{take, take_u32, take_u64};
 use petrel_core::plugin::{Encoded, Payload, PayloadReceiver, PayloadSender, Sink};
 use petrel_core::{
     AckReceiver, BatchAck, BufferGauges, ComponentMetrics, MemoryCharge, SourceInfo,
@@ -289,24 +290,6 @@ struct Record {
     events: u64,
     input_bytes: u64,
     data: Encoded,
-}
-
-/// Takes `n` bytes off the front of `b`.
-fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-    if b.len() < n {
-        return None;
-    }
-    let (head, rest) = b.split_at(n);
-    *b = rest;
-    Some(head)
-}
-
-fn take_u64(b: &mut &[u8]) -> Option<u64> {
-    take(b, 8)?.try_into().ok().map(u64::from_le_bytes)
-}
-
-fn take_u32(b: &mut &[u8]) -> Option<u32> {
-    take(b, 4)?.try_into().ok().map(u32::from_le_bytes)
 }
 
 /// When a record was written and its events, without copying its data;

@@ -127,16 +127,7 @@ impl Routes {
 
     /// Reads what [`Routes::write`] wrote; `None` when `b` is not that.
     pub fn read(mut b: &[u8]) -> Option<Routes> {
-        fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-            (b.len() >= n).then(|| {
-                let (h, t) = b.split_at(n);
-                *b = t;
-                h
-            })
-        }
-        fn u32_(b: &mut &[u8]) -> Option<u32> {
-            take(b, 4)?.try_into().ok().map(u32::from_le_bytes)
-        }
+        use petrel_core::le::{take, take_u32 as u32_};
         let n = u32_(&mut b)? as usize;
         let mut topics = Vec::with_capacity(n.min(1024));
         for _ in 0..n {

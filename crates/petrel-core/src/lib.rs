@@ -10,6 +10,7 @@ pub mod ack;
 pub mod config;
 pub mod encode;
 pub mod event;
+pub mod exposition;
 pub mod health;
 pub mod json;
 pub mod le;

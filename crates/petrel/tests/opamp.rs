@@ -836,3 +836,233 @@ fn bad_input_from_the_server_is_counted_and_the_pipelines_run_on() {
     });
     assert_eq!(health(&a)["status"], "ok");
 }
+
+/// The `connectionSettingsStatus` reports received, as (status without
+/// its prefix, error message), in order.
+fn connection_statuses(msgs: &[opamp_server::Received]) -> Vec<(String, String)> {
+    msgs.iter()
+        .filter_map(|r| {
+            let s = r.msg.get("connectionSettingsStatus")?;
+            Some((
+                s.get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .trim_start_matches("ConnectionSettingsStatuses_")
+                    .to_string(),
+                s.get("errorMessage")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn wait_connection_status(s: &OpampServer, n: usize, status: &str) -> String {
+    wait_for(
+        LONG,
+        &format!("connection settings status #{n} {status}"),
+        || {
+            let st = connection_statuses(&s.messages());
+            match st.get(n) {
+                Some((got, err)) if got == status => Ok(err.clone()),
+                _ => Err(format!("{st:?}")),
+            }
+        },
+    )
+}
+
+fn wait_ws_agent(srv: &OpampServer) {
+    wait_for(LONG, "a WebSocket agent", || {
+        if srv.ws_agents() == 1 {
+            Ok(())
+        } else {
+            Err(format!("{} WebSocket agents", srv.ws_agents()))
+        }
+    });
+}
+
+fn otlp_logs(srv: &OpampServer) -> Vec<(Value, ExportLogsServiceRequest)> {
+    srv.otlp_requests()
+        .into_iter()
+        .filter(|r| r.path == "/otlp/v1/logs")
+        .map(|r| {
+            let req = ExportLogsServiceRequest::decode(r.body.as_slice())
+                .unwrap_or_else(|e| panic!("an own-logs request that is not OTLP: {e}"));
+            (r.headers, req)
+        })
+        .collect()
+}
+
+fn otlp_metrics(srv: &OpampServer) -> Vec<ExportMetricsServiceRequest> {
+    srv.otlp_requests()
+        .into_iter()
+        .filter(|r| r.path == "/otlp/v1/metrics")
+        .map(|r| {
+            ExportMetricsServiceRequest::decode(r.body.as_slice())
+                .unwrap_or_else(|e| panic!("an own-metrics request that is not OTLP: {e}"))
+        })
+        .collect()
+}
+
+fn resource_attr(r: Option<&Resource>, key: &str) -> Option<String> {
+    r?.attributes.iter().find(|a| a.key == key).and_then(|a| {
+        match a.value.as_ref()?.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s.clone()),
+            _ => None,
+        }
+    })
+}
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+
+#[test]
+fn own_logs_and_metrics_go_where_the_server_offers_within_the_limits() {
+    let srv = OpampServer::start();
+    let s = Setup::new(&srv.ws_endpoint(), "  own_metrics_interval_secs: 1\n", "");
+    let a = s.start();
+    wait_ws_agent(&srv);
+    let first = srv.messages();
+    let caps = first[0].msg["capabilities"].as_str().map_or_else(
+        || first[0].msg["capabilities"].as_u64().unwrap(),
+        |s| s.parse().unwrap(),
+    );
+    for bit in [0x40u64, 0x80, 0x8000] {
+        assert_ne!(caps & bit, 0, "capability {bit:#x} in {caps:#x}");
+    }
+    let token = "Bearer own-token-7c1";
+    srv.send(serde_json::json!({
+        "kind": "telemetry",
+        "logs": srv.otlp_endpoint("logs"),
+        "metrics": srv.otlp_endpoint("metrics"),
+        "header": token,
+    }));
+    wait_connection_status(&srv, 0, "APPLIED");
+    assert_eq!(health(&a)["managed"]["own_telemetry_status"], "APPLIED");
+    // A log record of the agent after the pipeline started: an apply.
+    let hash = srv.set_config(&[("app.yaml", &s.pipeline("app", "app"))]);
+    wait_status(&a, &hash, "APPLIED");
+    let (headers, req) = wait_for(LONG, "the agent's own logs over OTLP", || {
+        otlp_logs(&srv)
+            .into_iter()
+            .find(|(_, r)| format!("{r:?}").contains("applying a remote configuration"))
+            .ok_or_else(|| format!("{} log requests", otlp_logs(&srv).len()))
+    });
+    assert_eq!(headers["Authorization"], token);
+    let res = req.resource_logs[0].resource.as_ref();
+    assert_eq!(
+        resource_attr(res, "service.name").as_deref(),
+        Some("petrel")
+    );
+    assert!(resource_attr(res, "service.instance.id").is_some());
+    // Metrics every second: counters as monotonic sums, the process
+    // metrics under the semantic conventions' names.
+    let m = wait_for(LONG, "the agent's own metrics over OTLP", || {
+        otlp_metrics(&srv)
+            .into_iter()
+            .find(|r| format!("{r:?}").contains("petrel_component_sent_events"))
+            .ok_or_else(|| format!("{} metrics requests", otlp_metrics(&srv).len()))
+    });
+    let names: Vec<&str> = m.resource_metrics[0].scope_metrics[0]
+        .metrics
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert!(names.contains(&"process.cpu.time"), "{names:?}");
+    assert!(names.contains(&"petrel_opamp_connected"), "{names:?}");
+    assert_eq!(
+        resource_attr(m.resource_metrics[0].resource.as_ref(), "service.name").as_deref(),
+        Some("petrel")
+    );
+    assert!(metric(&a, "petrel_opamp_own_metrics_sent_total", &[]) >= 1.0);
+    // The effective configuration shows the own-logs pipeline, its token
+    // redacted.
+    let eff = wait_for(
+        LONG,
+        "the own-logs pipeline in the effective config",
+        || {
+            let msgs = srv.messages();
+            let e = msgs
+                .iter()
+                .rev()
+                .find_map(|m| m.msg.get("effectiveConfig"))
+                .ok_or("none")?;
+            let f = &e["configMap"]["configMap"]["opamp/opamp-own-logs.yaml"]["body"];
+            f.as_str()
+                .map(|b| String::from_utf8_lossy(&opamp_server::b64(b)).into_owned())
+                .ok_or_else(|| e.to_string())
+        },
+    );
+    assert!(eff.contains("internal_logs"), "{eff}");
+    assert!(!eff.contains("own-token-7c1"), "{eff}");
+    // An offer that asks to skip verification is refused whole; what
+    // ran goes on.
+    srv.send(serde_json::json!({
+        "kind": "telemetry",
+        "logs": srv.otlp_endpoint("logs"),
+        "metrics": srv.otlp_endpoint("metrics"),
+        "header": token,
+        "insecure": true,
+    }));
+    let why = wait_connection_status(&srv, 1, "FAILED");
+    assert!(why.contains("verif"), "{why}");
+    let before = otlp_metrics(&srv).len();
+    wait_for(LONG, "metrics still sent", || {
+        if otlp_metrics(&srv).len() > before {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    });
+    // Empty destinations turn both off.
+    srv.send(serde_json::json!({"kind": "telemetry", "logs": "", "metrics": ""}));
+    wait_connection_status(&srv, 2, "APPLIED");
+    wait_for(LONG, "the own-logs pipeline stopped", || {
+        let h = health(&a);
+        if h["managed"]["own_telemetry"] == "" {
+            Ok(())
+        } else {
+            Err(h["managed"].to_string())
+        }
+    });
+    // Nothing more after the exporter stopped (one request may have
+    // been under way).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let stopped = otlp_metrics(&srv).len();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        otlp_metrics(&srv).len(),
+        stopped,
+        "metrics after turning off"
+    );
+    drop(a);
+
+    // An agent whose limits allow other destinations refuses the offer,
+    // and sends nothing.
+    let b = Setup::new(
+        &srv.ws_endpoint(),
+        "  own_metrics_interval_secs: 1\n",
+        "limits:\n  destinations: [\"*.example.com\"]\n",
+    );
+    let _b = b.start();
+    wait_ws_agent(&srv);
+    let n = connection_statuses(&srv.messages()).len();
+    let sent = srv.otlp_requests().len();
+    srv.send(serde_json::json!({
+        "kind": "telemetry",
+        "logs": srv.otlp_endpoint("logs"),
+        "metrics": srv.otlp_endpoint("metrics"),
+    }));
+    let why = wait_connection_status(&srv, n, "FAILED");
+    assert!(why.contains("limits.destinations"), "{why}");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        srv.otlp_requests().len(),
+        sent,
+        "nothing sent past the limits"
+    );
+}

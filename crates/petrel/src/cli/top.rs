@@ -17,91 +17,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Cell, Gauge, Paragraph, Row, Table};
 use ratatui::Frame;
 
-/// One sample: `name{labels} value`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    /// Metric name (with `_total`, `_bucket` and the like).
-    pub name: String,
-    /// Label pairs in the order written.
-    pub labels: Vec<(String, String)>,
-    /// The value.
-    pub value: f64,
-}
-
-impl Sample {
-    /// The value of label `k`, or "".
-    pub fn label(&self, k: &str) -> &str {
-        self.labels
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or("")
-    }
-}
-
-/// Parses the Prometheus text exposition format (comments skipped; lines
-/// that do not parse are ignored rather than fatal: a newer agent may add
-/// syntax this viewer does not know).
-pub fn parse_metrics(text: &str) -> Vec<Sample> {
-    text.lines().filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<Sample> {
-    let line = line.trim();
-    if line.is_empty() || line.starts_with('#') {
-        return None;
-    }
-    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
-    let name = line[..name_end].to_string();
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(r) = rest.strip_prefix('{') {
-        let mut chars = r.char_indices().peekable();
-        let mut key = String::new();
-        let end;
-        loop {
-            let (i, c) = chars.next()?;
-            match c {
-                '}' => {
-                    end = i + 1;
-                    break;
-                }
-                ',' | ' ' => {}
-                '=' => {
-                    if chars.next().map(|(_, c)| c) != Some('"') {
-                        return None;
-                    }
-                    let mut val = String::new();
-                    loop {
-                        let (_, c) = chars.next()?;
-                        match c {
-                            '\\' => match chars.next()?.1 {
-                                'n' => val.push('\n'),
-                                other => val.push(other),
-                            },
-                            '"' => break,
-                            other => val.push(other),
-                        }
-                    }
-                    labels.push((std::mem::take(&mut key), val));
-                }
-                other => key.push(other),
-            }
-        }
-        rest = &r[end..];
-    }
-    let value = rest.split_whitespace().next()?;
-    let value = match value {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
-    Some(Sample {
-        name,
-        labels,
-        value,
-    })
-}
+pub use petrel_core::exposition::{parse_metrics, Sample};
 
 /// GET `path` from `addr` with HTTP/1.0 (the agent's API answers plain
 /// HTTP); the body on 200.
@@ -732,17 +648,6 @@ mod tests {
         assert!(snapshot(&parse_metrics("petrel_memory_used_bytes 1\n"))
             .managed
             .is_none());
-    }
-
-    #[test]
-    fn parses_the_exposition_format() {
-        let text = "# HELP x y\n# TYPE x counter\npetrel_component_sent_events_total{pipeline=\"p\",component_kind=\"source\",component_id=\"a\\\"b\",component_type=\"file\"} 12\nprocess_cpu_seconds_total 0.5\nbad line {\nh_bucket{le=\"+Inf\"} 3\n";
-        let s = parse_metrics(text);
-        assert_eq!(s.len(), 3, "{s:?}");
-        assert_eq!(s[0].label("component_id"), "a\"b");
-        assert_eq!(s[0].value, 12.0);
-        assert_eq!(s[1].name, "process_cpu_seconds_total");
-        assert_eq!(s[2].label("le"), "+Inf");
     }
 
     #[test]

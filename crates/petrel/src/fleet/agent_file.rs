@@ -58,6 +58,13 @@ pub struct OpampSettings {
     pub backoff_max: Duration,
     /// User labels, sent as non-identifying attributes.
     pub labels: Vec<(String, String)>,
+    /// Whether the agent sends its own logs and metrics where the server
+    /// offers (`own_logs`, `own_metrics`); the destinations are checked
+    /// against `limits` like a remote sink's.
+    pub own_telemetry: bool,
+    /// How often the agent's metrics are sent to an offered `own_metrics`
+    /// destination.
+    pub own_metrics_interval: Duration,
 }
 
 impl OpampSettings {
@@ -76,6 +83,8 @@ impl OpampSettings {
             response_timeout: Duration::from_secs(30),
             backoff_max: Duration::from_secs(60),
             labels: Vec::new(),
+            own_telemetry: true,
+            own_metrics_interval: Duration::from_secs(60),
         }
     }
 }
@@ -156,6 +165,8 @@ const OPAMP_KEYS: &[&str] = &[
     "response_timeout_secs",
     "backoff_max_secs",
     "labels",
+    "own_telemetry",
+    "own_metrics_interval_secs",
 ];
 const REMOTE_KEYS: &[&str] = &[
     "dir",
@@ -296,6 +307,8 @@ fn parse_opamp(n: Node<'_>) -> Option<OpampSettings> {
     s.polling = secs(&m, "polling_secs", s.polling, 1);
     s.response_timeout = secs(&m, "response_timeout_secs", s.response_timeout, 1);
     s.backoff_max = secs(&m, "backoff_max_secs", s.backoff_max, 1);
+    s.own_telemetry = m.bool("own_telemetry").unwrap_or(s.own_telemetry);
+    s.own_metrics_interval = secs(&m, "own_metrics_interval_secs", s.own_metrics_interval, 1);
     if let Some(l) = m.get("labels") {
         for (k, v) in l.as_map_quiet().map(|m| m.entries()).unwrap_or_default() {
             if let Some(v) = v.as_str() {

@@ -30,6 +30,8 @@
 
 pub mod agent_file;
 pub mod limits;
+#[cfg(feature = "opentelemetry")]
+pub mod own_telemetry;
 pub mod redact;
 pub mod store;
 
@@ -56,13 +58,22 @@ const APPLYING: &str = "APPLYING";
 const FAILED: &str = "FAILED";
 
 /// What the OpAMP task hands to the main thread.
+// A few per connection, moved once through a channel: the size of the
+// offer variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum FleetMsg {
     /// A remote configuration offer.
     Offer(proto::AgentRemoteConfig),
     /// The server's restart command: an in-process reload.
     Restart,
+    /// Connection settings: where the agent's own telemetry goes.
+    ConnectionSettings(proto::ConnectionSettingsOffers),
 }
+
+/// The name of the pipeline that carries the agent's own logs to the
+/// destination the server offers (no remote pipeline can take it).
+pub const OWN_LOGS: &str = "opamp-own-logs";
 
 /// The managed state that `/health` and `petrel top` show.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +94,13 @@ pub struct View {
     pub error: String,
     /// Remote pipelines by name with their status.
     pub pipelines: BTreeMap<String, PipelineStatus>,
+    /// Where the agent's own logs and metrics go (`logs → URL`), as the
+    /// server offered.
+    pub own_telemetry: String,
+    /// `APPLIED` or `FAILED` for the last connection settings offered.
+    pub own_telemetry_status: String,
+    /// Why they were refused.
+    pub own_telemetry_error: String,
 }
 
 impl View {
@@ -107,6 +125,9 @@ impl View {
             "remote_config_status": self.status,
             "remote_config_error": self.error,
             "pipelines": pipelines,
+            "own_telemetry": self.own_telemetry,
+            "own_telemetry_status": self.own_telemetry_status,
+            "own_telemetry_error": self.own_telemetry_error,
         })
     }
 }
@@ -181,6 +202,9 @@ pub struct Fleet {
     uid: [u8; 16],
     started_unix_nanos: u64,
     health_sig: u64,
+    rt: Option<tokio::runtime::Handle>,
+    #[cfg(feature = "opentelemetry")]
+    own: own_telemetry::Own,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -208,6 +232,11 @@ pub fn pipeline_name(key: &str) -> Result<&str, String> {
         .ok_or_else(|| {
             format!("`{key}`: a remote pipeline's key must be a file name ending in .yaml or .yml, e.g. `app.yaml`")
         })?;
+    if stem == OWN_LOGS {
+        return Err(format!(
+            "`{key}`: the name `{OWN_LOGS}` is the agent's own-logs pipeline (set by the connection settings' `own_logs`); choose another"
+        ));
+    }
     let ok = !stem.is_empty()
         && stem.len() <= 100
         && !stem.starts_with('.')
@@ -289,6 +318,9 @@ impl Fleet {
             uid,
             started_unix_nanos: unix_nanos(),
             health_sig: 0,
+            rt: None,
+            #[cfg(feature = "opentelemetry")]
+            own: own_telemetry::Own::default(),
         };
         f.publish_status();
         Ok(f)
@@ -435,6 +467,11 @@ impl Fleet {
                 None => local.push(r),
             }
         }
+        #[cfg(feature = "opentelemetry")]
+        if let Some(p) = self.own_logs_pipeline() {
+            local.retain(|l| l.name != p.name);
+            local.push(p);
+        }
         local
     }
 
@@ -446,6 +483,7 @@ impl Fleet {
         topo: &Topology,
     ) -> crossbeam_channel::Receiver<FleetMsg> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        self.rt = Some(rt.clone());
         let owner = crate::tls::Owner {
             component: "opamp".into(),
             metrics: Some(topo.metrics()),
@@ -477,7 +515,13 @@ impl Fleet {
                 | petrel_opamp::caps::REPORTS_HEARTBEAT
                 | petrel_opamp::caps::REPORTS_AVAILABLE_COMPONENTS
                 | petrel_opamp::caps::ACCEPTS_RESTART_COMMAND
-                | petrel_opamp::caps::REPORTS_PACKAGE_STATUSES,
+                | petrel_opamp::caps::REPORTS_PACKAGE_STATUSES
+                | petrel_opamp::caps::REPORTS_CONNECTION_SETTINGS_STATUS
+                | if cfg!(feature = "opentelemetry") && self.settings.own_telemetry {
+                    petrel_opamp::caps::REPORTS_OWN_LOGS | petrel_opamp::caps::REPORTS_OWN_METRICS
+                } else {
+                    0
+                },
         );
         self.reporter.set_description(self.description());
         self.reporter
@@ -504,12 +548,9 @@ impl Fleet {
     }
 
     fn store_root(&self) -> PathBuf {
-        // `instance_uid` lives beside `state.json`.
-        self.store
-            .dir
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default()
+        // `instance_uid` lives beside `state.json` (not beside the
+        // managed directory, which `remote.dir` may put elsewhere).
+        self.store.root.clone()
     }
 
     fn description(&self) -> proto::AgentDescription {
@@ -539,7 +580,26 @@ impl Fleet {
                 );
                 reload(topo, self);
             }
+            FleetMsg::ConnectionSettings(offers) => self.apply_connection_settings(offers, topo),
         }
+    }
+
+    /// Without the `opentelemetry` feature there is no sink to send the
+    /// agent's telemetry with: an offer is refused, saying so.
+    #[cfg(not(feature = "opentelemetry"))]
+    fn apply_connection_settings(
+        &mut self,
+        offers: proto::ConnectionSettingsOffers,
+        _topo: &mut Topology,
+    ) {
+        let why = "this agent was built without the `opentelemetry` feature: it cannot send its own telemetry";
+        tracing::warn!("the OpAMP server offered own-telemetry destinations: {why}");
+        self.reporter
+            .set_connection_settings_status(proto::ConnectionSettingsStatus {
+                last_connection_settings_hash: offers.hash,
+                status: proto::ConnectionSettingsStatuses::Failed as i32,
+                error_message: why.into(),
+            });
     }
 
     fn set_status(&mut self, hash: &[u8], status: &str, error: String) {
@@ -949,7 +1009,13 @@ impl Fleet {
     pub fn refresh_effective(&mut self, topo: &Topology) {
         let mut map = BTreeMap::new();
         for p in topo.running() {
-            let origin = if self.is_remote(p) { "remote" } else { "local" };
+            let origin = if self.is_remote(p) {
+                "remote"
+            } else if p.name == OWN_LOGS {
+                "opamp"
+            } else {
+                "local"
+            };
             let file = p
                 .file
                 .file_name()
@@ -1263,8 +1329,10 @@ async fn bridge(
                     return;
                 }
             }
-            Event::ConnectionSettings(_) => {
-                tracing::info!("the OpAMP server offered connection settings; the agent keeps its own (own telemetry destinations are not used by this version)");
+            Event::ConnectionSettings(s) => {
+                if tx.send(FleetMsg::ConnectionSettings(s)).is_err() {
+                    return;
+                }
             }
             Event::PackagesOffered(p) => {
                 counters

@@ -67,7 +67,8 @@ pub struct State {
 /// The fleet state on disk.
 #[derive(Debug)]
 pub struct Store {
-    root: PathBuf,
+    /// The fleet state's directory (`<data_dir>/opamp`).
+    pub root: PathBuf,
     /// The managed directory.
     pub dir: PathBuf,
     good: PathBuf,

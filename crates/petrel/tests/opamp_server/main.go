@@ -5,7 +5,9 @@
 // upgraded to WebSocket), with a control API on a second port through
 // which a test sets the remote configuration, reads every AgentToServer
 // received, and makes the server refuse, hang, block WebSocket or send
-// bad input.
+// bad input. The control port also receives OTLP/HTTP (/otlp/v1/logs,
+// /otlp/v1/metrics), the destination it offers for the agent's own
+// telemetry.
 //
 // It stops by itself after -lifetime, and every wait in it is bounded.
 package main
@@ -17,6 +19,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -40,6 +43,14 @@ type record struct {
 	Msg       json.RawMessage `json:"msg"`
 }
 
+// otlpRecord is one OTLP/HTTP request received on /otlp/v1/logs or
+// /otlp/v1/metrics (the agent's own telemetry).
+type otlpRecord struct {
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+	Body    []byte            `json:"body"`
+}
+
 type agent struct {
 	uid       []byte
 	conn      types.Connection // WebSocket only
@@ -59,6 +70,7 @@ type state struct {
 	pending []*protobufs.ServerToAgent // one-shot extras for HTTP agents
 	keep    bool                       // record full messages (false: counts only, for load runs)
 	count   int
+	otlp    []otlpRecord // the last 500 OTLP requests
 }
 
 var st = &state{files: map[string]*protobufs.AgentConfigFile{}, mode: "normal", retry: 1, agents: map[types.Connection]*agent{}, keep: true}
@@ -270,6 +282,35 @@ func control(mux *http.ServeMux) {
 		st.mu.Unlock()
 		writeJSON(w, map[string]any{"mode": req.Mode})
 	})
+	// An OTLP/HTTP receiver for the agent's own telemetry: records each
+	// request (path, headers, protobuf body) and answers an empty success.
+	otlp := func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		h := map[string]string{}
+		for k := range r.Header {
+			h[k] = r.Header.Get(k)
+		}
+		st.mu.Lock()
+		st.otlp = append(st.otlp, otlpRecord{Path: r.URL.Path, Headers: h, Body: body})
+		if len(st.otlp) > 500 {
+			st.otlp = st.otlp[len(st.otlp)-500:]
+		}
+		st.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(200)
+	}
+	mux.HandleFunc("/otlp/v1/logs", otlp)
+	mux.HandleFunc("/otlp/v1/metrics", otlp)
+	mux.HandleFunc("/control/otlp", func(w http.ResponseWriter, r *http.Request) {
+		st.mu.Lock()
+		out := append([]otlpRecord{}, st.otlp...)
+		st.mu.Unlock()
+		writeJSON(w, map[string]any{"requests": out})
+	})
 	mux.HandleFunc("/control/agents", func(w http.ResponseWriter, r *http.Request) {
 		st.mu.Lock()
 		n := len(wsAgents())
@@ -283,6 +324,10 @@ func control(mux *http.ServeMux) {
 			Bytes    int    `json:"bytes"`
 			Count    int    `json:"count"`
 			Template string `json:"template"`
+			Logs     string `json:"logs"`
+			Metrics  string `json:"metrics"`
+			Header   string `json:"header"`
+			Insecure bool   `json:"insecure"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), 400)
@@ -308,6 +353,31 @@ func control(mux *http.ServeMux) {
 			body := []byte("# " + strings.Repeat("x", req.Bytes) + "\n")
 			files := map[string]*protobufs.AgentConfigFile{"big.yaml": {Body: body, ContentType: "text/yaml"}}
 			n = push(&protobufs.ServerToAgent{RemoteConfig: &protobufs.AgentRemoteConfig{Config: &protobufs.AgentConfigMap{ConfigMap: files}, ConfigHash: hashFiles(files)}})
+		case "telemetry":
+			// ConnectionSettingsOffers with own_logs and own_metrics
+			// destinations (an empty URL turns one off; "-" leaves it
+			// unset, meaning unchanged).
+			offer := &protobufs.ConnectionSettingsOffers{}
+			h := sha256.New()
+			settings := func(url string) *protobufs.TelemetryConnectionSettings {
+				fmt.Fprintf(h, "%s|", url)
+				if url == "-" {
+					return nil
+				}
+				t := &protobufs.TelemetryConnectionSettings{DestinationEndpoint: url}
+				if req.Header != "" {
+					t.Headers = &protobufs.Headers{Headers: []*protobufs.Header{{Key: "Authorization", Value: req.Header}}}
+				}
+				if req.Insecure {
+					t.Tls = &protobufs.TLSConnectionSettings{InsecureSkipVerify: true}
+				}
+				return t
+			}
+			offer.OwnLogs = settings(req.Logs)
+			offer.OwnMetrics = settings(req.Metrics)
+			fmt.Fprintf(h, "%s|%v", req.Header, req.Insecure)
+			offer.Hash = h.Sum(nil)
+			n = push(&protobufs.ServerToAgent{ConnectionSettings: offer})
 		case "many":
 			files := map[string]*protobufs.AgentConfigFile{}
 			for i := 0; i < req.Count; i++ {

@@ -47,6 +47,17 @@ pub struct Received {
     pub msg: Value,
 }
 
+/// One OTLP/HTTP request the server received.
+#[derive(Debug, Clone)]
+pub struct OtlpRequest {
+    /// `/otlp/v1/logs` or `/otlp/v1/metrics`.
+    pub path: String,
+    /// Its headers (canonical names).
+    pub headers: Value,
+    /// The protobuf body.
+    pub body: Vec<u8>,
+}
+
 impl OpampServer {
     /// Starts a plain server on free ports.
     pub fn start() -> OpampServer {
@@ -183,6 +194,30 @@ impl OpampServer {
                     .map(|r| Received {
                         transport: r["transport"].as_str().unwrap_or("").to_string(),
                         msg: r["msg"].clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The OTLP/HTTP URL of the server's receiver for `kind` (`logs`,
+    /// `metrics`): where it offers the agent's own telemetry to go.
+    pub fn otlp_endpoint(&self, kind: &str) -> String {
+        format!("http://127.0.0.1:{}/otlp/v1/{kind}", self.control)
+    }
+
+    /// The OTLP requests received so far (the last 500): path, headers
+    /// and protobuf body.
+    pub fn otlp_requests(&self) -> Vec<OtlpRequest> {
+        let v = self.call("GET", "/control/otlp", "");
+        v["requests"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| OtlpRequest {
+                        path: r["path"].as_str().unwrap_or("").to_string(),
+                        headers: r["headers"].clone(),
+                        body: b64(r["body"].as_str().unwrap_or("")),
                     })
                     .collect()
             })

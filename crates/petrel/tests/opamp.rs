@@ -1066,3 +1066,55 @@ fn own_logs_and_metrics_go_where_the_server_offers_within_the_limits() {
         "nothing sent past the limits"
     );
 }
+
+#[test]
+fn a_new_instance_uid_is_kept_with_the_fleet_state_when_the_managed_directory_is_elsewhere() {
+    let srv = OpampServer::start();
+    let s = Setup::new(
+        &srv.ws_endpoint(),
+        "",
+        "remote:\n  health_watch_secs: 1\n  dir: MANAGED\n",
+    );
+    // The managed directory outside the data dir (`remote.dir`).
+    let managed = s.root.join("managed");
+    let text = std::fs::read_to_string(&s.agent_file)
+        .unwrap()
+        .replace("MANAGED", &managed.display().to_string());
+    std::fs::write(&s.agent_file, text).unwrap();
+    let a = s.start();
+    wait_ws_agent(&srv);
+    // 16 bytes: "new-uid-01234567".
+    assert_eq!(
+        srv.send(serde_json::json!({"kind": "new_uid", "template": "new-uid-01234567"})),
+        1
+    );
+    let want = "6e65772d-7569-642d-3031-323334353637";
+    wait_for(LONG, "the new uid kept in the data dir", || {
+        let kept = std::fs::read_to_string(s.data.join("opamp/instance_uid")).unwrap_or_default();
+        if kept.trim() == want {
+            Ok(())
+        } else {
+            Err(kept)
+        }
+    });
+    assert!(
+        !s.root.join("instance_uid").exists(),
+        "written beside the managed directory"
+    );
+    // The agent uses it after a restart.
+    drop(a);
+    let n = srv.messages().len();
+    let _a = s.start();
+    wait_for(LONG, "a message with the new uid", || {
+        let msgs = srv.messages();
+        match msgs
+            .get(n..)
+            .unwrap_or_default()
+            .iter()
+            .find_map(|m| m.msg["instanceUid"].as_str())
+        {
+            Some(u) if opamp_server::b64_to_hex(u) == want.replace('-', "") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}

@@ -353,6 +353,10 @@ func control(mux *http.ServeMux) {
 			body := []byte("# " + strings.Repeat("x", req.Bytes) + "\n")
 			files := map[string]*protobufs.AgentConfigFile{"big.yaml": {Body: body, ContentType: "text/yaml"}}
 			n = push(&protobufs.ServerToAgent{RemoteConfig: &protobufs.AgentRemoteConfig{Config: &protobufs.AgentConfigMap{ConfigMap: files}, ConfigHash: hashFiles(files)}})
+		case "new_uid":
+			uid := make([]byte, 16)
+			copy(uid, []byte(req.Template))
+			n = push(&protobufs.ServerToAgent{AgentIdentification: &protobufs.AgentIdentification{NewInstanceUid: uid}})
 		case "telemetry":
 			// ConnectionSettingsOffers with own_logs and own_metrics
 			// destinations (an empty URL turns one off; "-" leaves it

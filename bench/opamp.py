@@ -183,6 +183,16 @@ def idle(a):
     shutil.rmtree(work, ignore_errors=True)
 
 
+def wait_applied(agent, h, t0):
+    """(seconds from t0 to APPLIED or FAILED for hash h, the status)."""
+    while time.time() - t0 < 120:
+        m = agent.health().get("managed", {})
+        if m.get("remote_config_hash") == h and m.get("remote_config_status") in ("APPLIED", "FAILED"):
+            return (time.time() - t0, m.get("remote_config_status"))
+        time.sleep(0.02)
+    return None
+
+
 def apply(a):
     work = tempfile.mkdtemp(prefix="petrel-opamp-bench-")
     srv = Server(work)
@@ -245,13 +255,13 @@ def apply(a):
         time.sleep(3)
         t0 = time.time()
         h = srv.call("POST", "/control/config", {"files": files})["hash"]
-        applied = None
-        while time.time() - t0 < 120:
-            m = agent.health().get("managed", {})
-            if m.get("remote_config_hash") == h and m.get("remote_config_status") in ("APPLIED", "FAILED"):
-                applied = (time.time() - t0, m.get("remote_config_status"))
-                break
-            time.sleep(0.02)
+        applied = wait_applied(agent, h, t0)
+        time.sleep(3)
+        # Seed 003's usual change: one pipeline of the thousand edited.
+        files["p0000.yaml"] += "# edited\n"
+        t1 = time.time()
+        h = srv.call("POST", "/control/config", {"files": files})["hash"]
+        reapplied = wait_applied(agent, h, t1)
         time.sleep(3)
     finally:
         stop.set()
@@ -260,20 +270,35 @@ def apply(a):
         agent.stop()
         srv.stop()
     during = [d for (t, d) in delays if applied and t0 - 0.5 <= t <= t0 + applied[0] + 1]
+    during_re = [d for (t, d) in delays if reapplied and t1 - 0.5 <= t <= t1 + reapplied[0] + 1]
     before = [d for (t, d) in delays if t < t0]
     print(f"{a.pipelines} remote pipelines (file source -> blackhole) pushed to an agent with one local pipeline")
     print()
     print("| measure | value | target |")
     print("|---|---:|---|")
     if applied:
-        print(f"| push to {applied[1]} in /health | {applied[0]:.2f} s | <= 2 s |")
+        print(f"| push to {applied[1]} in /health (with the 1 s health watch) | {applied[0]:.2f} s | <= 2 s |")
     else:
         print("| push to APPLIED | not reached in 120 s | <= 2 s |")
     if before:
         print(f"| local line delay before the push, p50 / max | {statistics.median(before) * 1000:.1f} / {max(before) * 1000:.1f} ms | |")
     if during:
         print(f"| local line delay during the apply, p50 / max ({len(during)} lines) | "
-              f"{statistics.median(during) * 1000:.1f} / {max(during) * 1000:.1f} ms | max <= 100 ms |")
+              f"{statistics.median(during) * 1000:.1f} / {max(during) * 1000:.1f} ms | max <= the max before + 100 ms |")
+    if reapplied:
+        print(f"| one pipeline of the {a.pipelines} edited and pushed again, to {reapplied[1]} in /health | {reapplied[0]:.2f} s | |")
+    if during_re:
+        print(f"| local line delay during that apply, p50 / max ({len(during_re)} lines) | "
+              f"{statistics.median(during_re) * 1000:.1f} / {max(during_re) * 1000:.1f} ms | max <= the max before + 100 ms |")
+    if during:
+        worst = sorted((d, t) for (t, d) in delays if applied and t0 - 0.5 <= t <= t0 + applied[0] + 1)[-3:]
+        print()
+        print("worst lines, written at (s after the push) -> delay: "
+              + ", ".join(f"{t - t0:+.2f} s -> {d * 1000:.0f} ms" for (d, t) in reversed(worst)))
+    if os.environ.get("KEEP_LOG"):
+        # The agent's log, to line its phases up with the worst lines.
+        shutil.copy(agent.err_path, os.environ["KEEP_LOG"])
+        print(f"push at {time.strftime('%H:%M:%S', time.gmtime(t0))}.{int(t0 % 1 * 1e6):06d} UTC; agent log in {os.environ['KEEP_LOG']}")
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -363,6 +363,12 @@ fn run(a: RunArgs) -> Result<(), RunError> {
     let stuck_after = Duration::from_secs(a.unhealthy_after.max(1));
     let mut failure = None;
     loop {
+        // A fleet apply's health watch ends on time, not at the next
+        // second's turn (the server is told APPLIED then).
+        let turn = fleet
+            .as_ref()
+            .and_then(|f| f.watch_remaining())
+            .map_or(Duration::from_secs(1), |r| r.min(Duration::from_secs(1)));
         crossbeam_channel::select! {
             recv(ctl_rx) -> msg => match msg {
                 Ok(Control::Stop(sig)) => {
@@ -388,7 +394,7 @@ fn run(a: RunArgs) -> Result<(), RunError> {
                     });
                 }
             },
-            default(Duration::from_secs(1)) => {}
+            default(turn) => {}
         }
         if topo.finished() {
             tracing::info!("every source has ended and its data was delivered; stopping");

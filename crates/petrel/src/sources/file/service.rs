@@ -374,8 +374,8 @@ impl Input {
                         .min(Duration::from_millis(250))
                 };
                 let slept = Instant::now();
-                self.wait(wait);
-                if !paused && slept.elapsed() < wait {
+                let written = self.wait(wait);
+                if !paused && written && slept.elapsed() < wait {
                     // Woken by a write after catching up. A logger that
                     // writes every few milliseconds (or every line) would
                     // otherwise cost a read, a batch and a hand-off through
@@ -388,8 +388,10 @@ impl Input {
         self.drain();
     }
 
-    /// Sleeps until inotify has news, a command arrives, or `d` passed.
-    fn wait(&self, d: Duration) {
+    /// Sleeps until inotify has news, a command arrives, or `d` passed;
+    /// true when inotify has news (a command, such as a source added, is
+    /// no write to let accumulate).
+    fn wait(&self, d: Duration) -> bool {
         let ms = d.as_millis().min(i32::MAX as u128) as i32;
         let mut fds = [
             libc::pollfd {
@@ -411,6 +413,7 @@ impl Input {
         if fds[0].revents != 0 {
             self.wake.clear();
         }
+        fds[1].revents != 0
     }
 
     fn scan(&mut self) {
@@ -706,7 +709,19 @@ impl Input {
             })
             .collect();
         match Discovery::new(&patterns) {
-            Ok(d) => self.discovery = d,
+            Ok(d) => {
+                self.discovery = d;
+                // The events queued in the old inotify instance went with
+                // it: a write to an open file is read now rather than at
+                // the next refresh (the other sources' lines were held up
+                // to half a second while a fleet apply added 1,000 file
+                // sources).
+                for src in &mut self.sources {
+                    for r in src.readers.values_mut() {
+                        r.dirty = true;
+                    }
+                }
+            }
             // Globs were compiled when the configuration was validated.
             Err(e) => tracing::error!(error = %e, "cannot watch the new set of file sources"),
         }

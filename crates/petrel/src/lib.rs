@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod config_watch;
+pub mod convert;
 pub mod data_dir;
 pub mod fleet;
 pub mod host;

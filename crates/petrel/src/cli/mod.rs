@@ -86,6 +86,29 @@ enum Cmd {
         /// to the config).
         tests: Vec<PathBuf>,
     },
+    /// Convert another agent's configuration into Petrel pipeline files,
+    /// with a report of what was converted, approximated or not converted;
+    /// exit 1 when something was not converted (unless
+    /// `--bypass-errors`), 2 when the input cannot be read.
+    Convert {
+        /// The format of the input.
+        #[arg(long, value_enum)]
+        from: crate::convert::Format,
+        /// The configuration: its main file first, then any other files it
+        /// needs (a parsers file).
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Write one `<pipeline>.yaml` per pipeline here (default: print
+        /// them).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Write the report (Markdown) here (default: standard error).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Exit 0 even when parts were not converted.
+        #[arg(long)]
+        bypass_errors: bool,
+    },
     /// Write a benchmark data set.
     Gen(GenArgs),
     /// Copy standard input to a spool directory without ever making the
@@ -197,6 +220,19 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Validate { config, offline } => validate::main(&config, offline),
+        Cmd::Convert {
+            from,
+            inputs,
+            out,
+            report,
+            bypass_errors,
+        } => crate::convert::main(
+            from,
+            &inputs,
+            out.as_deref(),
+            report.as_deref(),
+            bypass_errors,
+        ),
         Cmd::Tap {
             target,
             api_addr,

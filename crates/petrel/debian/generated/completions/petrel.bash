@@ -16,6 +16,9 @@ _petrel() {
             ",$1")
                 cmd="petrel"
                 ;;
+            petrel,convert)
+                cmd="petrel__subcmd__convert"
+                ;;
             petrel,docs)
                 cmd="petrel__subcmd__docs"
                 ;;
@@ -67,6 +70,9 @@ _petrel() {
             petrel__subcmd__docs__subcmd__help,reference)
                 cmd="petrel__subcmd__docs__subcmd__help__subcmd__reference"
                 ;;
+            petrel__subcmd__help,convert)
+                cmd="petrel__subcmd__help__subcmd__convert"
+                ;;
             petrel__subcmd__help,docs)
                 cmd="petrel__subcmd__help__subcmd__docs"
                 ;;
@@ -110,12 +116,38 @@ _petrel() {
 
     case "${cmd}" in
         petrel)
-            opts="-h -V --help --version run validate test gen pipe tap docs top help"
+            opts="-h -V --help --version run validate test convert gen pipe tap docs top help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petrel__subcmd__convert)
+            opts="-h --from --out --report --bypass-errors --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --from)
+                    COMPREPLY=($(compgen -W "fluent-bit" -- "${cur}"))
+                    return 0
+                    ;;
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --report)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -300,8 +332,22 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__help)
-            opts="run validate test gen pipe tap docs top help"
+            opts="run validate test convert gen pipe tap docs top help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        petrel__subcmd__help__subcmd__convert)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -29,6 +29,7 @@ complete -c petrel -n "__fish_petrel_needs_command" -s V -l version -d 'Print ve
 complete -c petrel -n "__fish_petrel_needs_command" -f -a "run" -d 'Run pipelines until SIGINT or SIGTERM'
 complete -c petrel -n "__fish_petrel_needs_command" -f -a "validate" -d 'Check pipeline files; exit 2 with one `FILE:LINE:COL: problem` line each'
 complete -c petrel -n "__fish_petrel_needs_command" -f -a "test" -d 'Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline\'s processor chain in-process and check the events at a component; exit 0 when all pass, 1 when one fails, 2 on invalid config or test files'
+complete -c petrel -n "__fish_petrel_needs_command" -f -a "convert" -d 'Convert another agent\'s configuration into Petrel pipeline files, with a report of what was converted, approximated or not converted; exit 1 when something was not converted (unless `--bypass-errors`), 2 when the input cannot be read'
 complete -c petrel -n "__fish_petrel_needs_command" -f -a "gen" -d 'Write a benchmark data set'
 complete -c petrel -n "__fish_petrel_needs_command" -f -a "pipe" -d 'Copy standard input to a spool directory without ever making the writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running agent reads it with `sources: [{type: spool, path: DIR}]`'
 complete -c petrel -n "__fish_petrel_needs_command" -f -a "tap" -d 'Print a sample of the events leaving a component of a running agent (ndjson or their messages); the pipeline never waits for it'
@@ -63,6 +64,11 @@ complete -c petrel -n "__fish_petrel_using_subcommand validate" -s h -l help -d 
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l config -d 'A pipeline file or a directory of `*.yaml`/`*.yml` files' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l junit -d 'Write a JUnit XML report here' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand test" -s h -l help -d 'Print help'
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l from -d 'The format of the input' -r -f -a "fluent-bit\t'Fluent Bit\'s classic `.conf` format (`[INPUT]` sections, `@INCLUDE`, `@SET`, parsers files)'"
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l out -d 'Write one `<pipeline>.yaml` per pipeline here (default: print them)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l report -d 'Write the report (Markdown) here (default: standard error)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l bypass-errors -d 'Exit 0 even when parts were not converted'
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c petrel -n "__fish_petrel_using_subcommand gen" -l format -d 'Data set' -r -f -a "single128\t''
 regex512\t''
 json512\t''
@@ -111,15 +117,16 @@ complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-cert-file -d '
 complete -c petrel -n "__fish_petrel_using_subcommand top" -l api-key-file -d 'The PEM private key of --api-cert-file' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand top" -l interval-ms -d 'Milliseconds between two readings' -r
 complete -c petrel -n "__fish_petrel_using_subcommand top" -s h -l help -d 'Print help'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "run" -d 'Run pipelines until SIGINT or SIGTERM'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "validate" -d 'Check pipeline files; exit 2 with one `FILE:LINE:COL: problem` line each'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "test" -d 'Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline\'s processor chain in-process and check the events at a component; exit 0 when all pass, 1 when one fails, 2 on invalid config or test files'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "gen" -d 'Write a benchmark data set'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "pipe" -d 'Copy standard input to a spool directory without ever making the writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running agent reads it with `sources: [{type: spool, path: DIR}]`'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "tap" -d 'Print a sample of the events leaving a component of a running agent (ndjson or their messages); the pipeline never waits for it'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "docs" -d 'Print generated documentation: the component reference (Markdown), shell completions or the man page'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "top" -d 'A live terminal view of a running agent (rates per component, lag per file, memory, CPU), read from its API; `q` quits'
-complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test gen pipe tap docs top help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "run" -d 'Run pipelines until SIGINT or SIGTERM'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "validate" -d 'Check pipeline files; exit 2 with one `FILE:LINE:COL: problem` line each'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "test" -d 'Run pipeline unit tests (`*.test.yaml`): feed lines to a pipeline\'s processor chain in-process and check the events at a component; exit 0 when all pass, 1 when one fails, 2 on invalid config or test files'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "convert" -d 'Convert another agent\'s configuration into Petrel pipeline files, with a report of what was converted, approximated or not converted; exit 1 when something was not converted (unless `--bypass-errors`), 2 when the input cannot be read'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "gen" -d 'Write a benchmark data set'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "pipe" -d 'Copy standard input to a spool directory without ever making the writer wait (for Apache `CustomLog "|petrel pipe ..."`); a running agent reads it with `sources: [{type: spool, path: DIR}]`'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "tap" -d 'Print a sample of the events leaving a component of a running agent (ndjson or their messages); the pipeline never waits for it'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "docs" -d 'Print generated documentation: the component reference (Markdown), shell completions or the man page'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "top" -d 'A live terminal view of a running agent (rates per component, lag per file, memory, CPU), read from its API; `q` quits'
+complete -c petrel -n "__fish_petrel_using_subcommand help; and not __fish_seen_subcommand_from run validate test convert gen pipe tap docs top help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c petrel -n "__fish_petrel_using_subcommand help; and __fish_seen_subcommand_from docs" -f -a "reference" -d 'The component reference (Markdown): every source, processor and sink with its keys, their types, defaults and meaning'
 complete -c petrel -n "__fish_petrel_using_subcommand help; and __fish_seen_subcommand_from docs" -f -a "completions" -d 'A shell completion script on stdout'
 complete -c petrel -n "__fish_petrel_using_subcommand help; and __fish_seen_subcommand_from docs" -f -a "man" -d 'The man page (roff) on stdout'

@@ -1498,6 +1498,25 @@ fn base_url(o: &Section, keys: &mut Keys<'_>, default_port: &str) -> String {
     format!("{}://{host}:{port}", if tls { "https" } else { "http" })
 }
 
+/// `HTTP_User` and `HTTP_Passwd` as the sink's basic `auth`.
+fn basic_auth(keys: &mut Keys<'_>, c: &mut Component, comp: &str, report: &mut Report) {
+    if let (Some(u), Some(pw)) = (keys.take("HTTP_User"), keys.take("HTTP_Passwd")) {
+        c.set(
+            "auth",
+            json!({"strategy": "basic", "user": u.value, "password": pw.value}),
+        );
+        for e in [u, pw] {
+            report.add(
+                &e.at,
+                comp,
+                &e.key,
+                Outcome::Converted,
+                "auth: {strategy: basic}",
+            );
+        }
+    }
+}
+
 fn tls_keys(keys: &mut Keys<'_>, c: &mut Component, comp: &str, report: &mut Report) {
     let mut tls = serde_json::Map::new();
     for (k, petrel) in [
@@ -1595,12 +1614,7 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
             };
             c.set("index", index);
             c.set("mode", "index");
-            if let (Some(u), Some(pw)) = (keys.take("HTTP_User"), keys.take("HTTP_Passwd")) {
-                c.set(
-                    "auth",
-                    json!({"strategy": "basic", "user": u.value, "password": pw.value}),
-                );
-            }
+            basic_auth(&mut keys, &mut c, &comp, report);
             for k in [
                 "Suppress_Type_Name",
                 "Type",
@@ -1805,12 +1819,7 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 c.set("tenant_id", e.value.as_str());
                 report.add(&e.at, &comp, &e.key, Outcome::Converted, "tenant_id");
             }
-            if let (Some(u), Some(pw)) = (keys.take("HTTP_User"), keys.take("HTTP_Passwd")) {
-                c.set(
-                    "auth",
-                    json!({"strategy": "basic", "user": u.value, "password": pw.value}),
-                );
-            }
+            basic_auth(&mut keys, &mut c, &comp, report);
             for k in [
                 "Remove_Keys",
                 "Drop_Single_Key",
@@ -1870,6 +1879,15 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                     "Authorization".into(),
                     Value::from(format!("Basic {token}")),
                 );
+                for e in [u, pw] {
+                    report.add(
+                        &e.at,
+                        &comp,
+                        &e.key,
+                        Outcome::Converted,
+                        "an `Authorization: Basic` header",
+                    );
+                }
             }
             if !headers.is_empty() {
                 c.set("headers", Value::Object(headers));

@@ -155,3 +155,112 @@ fn what_is_not_converted_fails_the_command_unless_bypassed_and_bad_input_names_i
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("`@INCLUDE` loop"), "{err}");
 }
+
+/// Fluent Bit's tail database, as its `in_tail` plugin creates it.
+fn fluent_bit_db(path: &Path, rows: &[(&Path, u64, u64)]) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.execute_batch(
+        "CREATE TABLE in_tail_files (id INTEGER PRIMARY KEY, name TEXT NOT NULL, offset INTEGER, inode INTEGER, created INTEGER, rotated INTEGER DEFAULT 0);",
+    )
+    .unwrap();
+    for (name, offset, inode) in rows {
+        c.execute(
+            "INSERT INTO in_tail_files (name, offset, inode, created) VALUES (?1, ?2, ?3, 0)",
+            rusqlite::params![name.display().to_string(), *offset as i64, *inode as i64],
+        )
+        .unwrap();
+    }
+}
+
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().ino()
+}
+
+#[test]
+fn imported_fluent_bit_positions_send_every_later_line_once_and_nothing_before() {
+    let d = tempdir();
+    let logs = d.path().join("logs");
+    let out = d.path().join("out");
+    std::fs::create_dir_all(&logs).unwrap();
+    let lines = |f: &str, from: usize, to: usize| -> String {
+        (from..to).map(|i| format!("{f} line {i}\n")).collect()
+    };
+    // a: Fluent Bit delivered 6 of 10 lines. c: all 5, and more come
+    // after the switch. b: rotated after Fluent Bit stopped (its
+    // position names the old inode).
+    let a = logs.join("a.log");
+    let b = logs.join("b.log");
+    let c = logs.join("c.log");
+    append(&a, lines("a", 0, 10).as_bytes());
+    append(&b, lines("b", 0, 4).as_bytes());
+    append(&c, lines("c", 0, 5).as_bytes());
+    let a_pos = lines("a", 0, 6).len() as u64;
+    let b_old = inode(&b);
+    std::fs::rename(&b, logs.join("b.log.1")).unwrap();
+    append(&b, lines("b-new", 0, 3).as_bytes());
+    let db = d.path().join("tail.db");
+    fluent_bit_db(
+        &db,
+        &[
+            (&a, a_pos, inode(&a)),
+            (&b, 40, b_old),
+            (&c, lines("c", 0, 5).len() as u64, inode(&c)),
+        ],
+    );
+    let main = write(
+        d.path(),
+        "fluent-bit.conf",
+        &format!(
+            "[INPUT]\n    Name           tail\n    Path           {}/*.log\n    DB             {}\n    Read_from_Head On\n\n[OUTPUT]\n    Name  file\n    Match *\n    Path  {}\n    File  all.json\n",
+            logs.display(),
+            db.display(),
+            out.display()
+        ),
+    );
+    let conf = d.path().join("petrel");
+    let data = d.path().join("data");
+    let (code, _, err) = convert(&[
+        "--from",
+        "fluent-bit",
+        &main,
+        "--out",
+        &conf.display().to_string(),
+        "--import-positions",
+        &db.display().to_string(),
+        "--data-dir",
+        &data.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("2 position(s) of 3 imported"), "{err}");
+    assert!(err.contains("rotated since"), "{err}");
+    let agent = Agent::start(&conf, &data);
+    append(&c, lines("c", 5, 8).as_bytes());
+    let file = out.join("all.json");
+    let want = 4 + 3 + 3;
+    wait_for(LONG, "the lines after the positions", || {
+        let n = count_lines(&file);
+        if n >= want {
+            Ok(())
+        } else {
+            Err(format!("{n} of {want} lines"))
+        }
+    });
+    // Nothing more comes (nothing before a position is read again).
+    drop(agent);
+    let mut got: Vec<String> = read_lines(&file)
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_slice(l).expect("json");
+            v["log"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    got.sort();
+    let mut expect: Vec<String> = [lines("a", 6, 10), lines("b-new", 0, 3), lines("c", 5, 8)]
+        .concat()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    expect.sort();
+    assert_eq!(got, expect);
+}

@@ -92,12 +92,24 @@ enum Cmd {
     /// `--bypass-errors`), 2 when the input cannot be read.
     Convert {
         /// The format of the input.
-        #[arg(long, value_enum)]
-        from: crate::convert::Format,
+        #[arg(long, value_enum, required_unless_present = "import_positions")]
+        from: Option<crate::convert::Format>,
         /// The configuration: its main file first, then any other files it
         /// needs (a parsers file).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "import_positions")]
         inputs: Vec<PathBuf>,
+        /// Import the other agent's read positions from this file (Fluent
+        /// Bit's tail `DB`) into the checkpoints of `--data-dir`, for the
+        /// sources of the Petrel pipelines in `--config` (or `--out`).
+        /// Run it with the agents stopped.
+        #[arg(long, requires = "data_dir")]
+        import_positions: Option<PathBuf>,
+        /// Petrel's data directory (`petrel run --data-dir`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The Petrel pipelines the positions are for (default: `--out`).
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Write one `<pipeline>.yaml` per pipeline here (default: print
         /// them).
         #[arg(long)]
@@ -223,16 +235,38 @@ pub fn main() -> ExitCode {
         Cmd::Convert {
             from,
             inputs,
+            import_positions,
+            data_dir,
+            config,
             out,
             report,
             bypass_errors,
-        } => crate::convert::main(
-            from,
-            &inputs,
-            out.as_deref(),
-            report.as_deref(),
-            bypass_errors,
-        ),
+        } => {
+            let mut code = ExitCode::SUCCESS;
+            if let Some(from) = from {
+                code = crate::convert::main(
+                    from,
+                    &inputs,
+                    out.as_deref(),
+                    report.as_deref(),
+                    bypass_errors,
+                );
+                if code != ExitCode::SUCCESS && code != ExitCode::from(1) {
+                    return code;
+                }
+            }
+            if let (Some(db), Some(data_dir)) = (import_positions, data_dir) {
+                let Some(config) = config.or(out) else {
+                    eprintln!("petrel convert: --import-positions needs the Petrel pipelines: --config DIR (or --out DIR with a conversion)");
+                    return ExitCode::from(2);
+                };
+                let imported = crate::convert::import_main(&db, &data_dir, &config);
+                if imported != ExitCode::SUCCESS {
+                    return imported;
+                }
+            }
+            code
+        }
         Cmd::Tap {
             target,
             api_addr,

@@ -1129,7 +1129,7 @@ fn tail(
         if from_head { "read_from: beginning" } else { "read_from: end (Fluent Bit's default, made explicit: Petrel's file source also starts new files at their end on its first start)" },
     );
     if let Some(e) = keys.take("DB") {
-        report.add(&e.at, comp, &e.key, Outcome::Approximated, format!("Petrel keeps its positions in its data dir; to start where Fluent Bit stopped, import {} (positions import is not in this version yet: until then the first start reads from `read_from`)", e.value));
+        report.add(&e.at, comp, &e.key, Outcome::Approximated, format!("Petrel keeps its positions in its data dir: to start where Fluent Bit stopped, run `petrel convert --import-positions {} --data-dir DIR --config PIPELINES` with both agents stopped (without it, the first start reads per `read_from`)", e.value));
     }
     for k in [
         "DB.sync",

@@ -12,6 +12,7 @@
 //! refuses later.
 
 pub mod fluent_bit;
+pub mod positions;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -372,6 +373,58 @@ pub fn main(
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// `petrel convert --import-positions DB --data-dir DIR --config DIR`:
+/// exit 0 when the positions were read and the checkpoints written (the
+/// report, on standard error, says what happened to each), 2 when the
+/// database, the pipelines or the data directory cannot be used.
+pub fn import_main(db: &Path, data_dir: &Path, config: &Path) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let positions = match positions::read_fluent_bit(db) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    petrel_core::config::set_host_checks(false);
+    let pipelines = crate::config::load(config);
+    petrel_core::config::set_host_checks(true);
+    let pipelines = match pipelines {
+        Ok(p) => p,
+        Err(errs) => {
+            for e in errs {
+                eprintln!("{e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    // The agent must not run on this data directory meanwhile: it would
+    // write its own checkpoints over these.
+    let _lock = match crate::data_dir::lock(data_dir) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("petrel convert: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut report = Report::default();
+    match positions::import(&positions, &pipelines, data_dir, &mut report) {
+        Ok(n) => {
+            eprint!("{}", report.markdown("positions"));
+            eprintln!(
+                "petrel convert: {n} position(s) of {} imported into {}",
+                positions.len(),
+                data_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 #[cfg(test)]

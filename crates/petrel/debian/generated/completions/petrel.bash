@@ -130,7 +130,7 @@ _petrel() {
             return 0
             ;;
         petrel__subcmd__convert)
-            opts="-h --from --out --report --bypass-errors --help"
+            opts="-h --from --import-positions --data-dir --config --out --report --bypass-errors --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -138,6 +138,18 @@ _petrel() {
             case "${prev}" in
                 --from)
                     COMPREPLY=($(compgen -W "fluent-bit" -- "${cur}"))
+                    return 0
+                    ;;
+                --import-positions)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --out)

@@ -65,6 +65,9 @@ complete -c petrel -n "__fish_petrel_using_subcommand test" -l config -d 'A pipe
 complete -c petrel -n "__fish_petrel_using_subcommand test" -l junit -d 'Write a JUnit XML report here' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand test" -s h -l help -d 'Print help'
 complete -c petrel -n "__fish_petrel_using_subcommand convert" -l from -d 'The format of the input' -r -f -a "fluent-bit\t'Fluent Bit\'s classic `.conf` format (`[INPUT]` sections, `@INCLUDE`, `@SET`, parsers files)'"
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l import-positions -d 'Import the other agent\'s read positions from this file (Fluent Bit\'s tail `DB`) into the checkpoints of `--data-dir`, for the sources of the Petrel pipelines in `--config` (or `--out`). Run it with the agents stopped' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l data-dir -d 'Petrel\'s data directory (`petrel run --data-dir`)' -r -F
+complete -c petrel -n "__fish_petrel_using_subcommand convert" -l config -d 'The Petrel pipelines the positions are for (default: `--out`)' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand convert" -l out -d 'Write one `<pipeline>.yaml` per pipeline here (default: print them)' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand convert" -l report -d 'Write the report (Markdown) here (default: standard error)' -r -F
 complete -c petrel -n "__fish_petrel_using_subcommand convert" -l bypass-errors -d 'Exit 0 even when parts were not converted'

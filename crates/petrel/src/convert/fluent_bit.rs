@@ -613,6 +613,16 @@ impl<'a> Keys<'a> {
         self.sec.all(key)
     }
 
+    /// Reports each key of `table` that the section has, as its row says
+    /// (key, outcome, note).
+    fn note(&mut self, component: &str, report: &mut Report, table: &[(&str, Outcome, &str)]) {
+        for (k, o, note) in table {
+            if let Some(e) = self.take(k) {
+                report.add(&e.at, component, &e.key, *o, *note);
+            }
+        }
+    }
+
     fn rest(&self, component: &str, report: &mut Report) {
         for e in &self.sec.entries {
             if !self.done.contains(&e.key.to_ascii_lowercase()) {
@@ -811,26 +821,18 @@ fn source(
     p: &mut Pipeline,
 ) -> Option<Component> {
     let mut keys = Keys::new(s);
-    for k in [
-        "Tag",
-        "Alias",
-        "Mem_Buf_Limit",
-        "storage.type",
-        "Threaded",
-        "Log_Level",
-    ] {
-        if let Some(e) = keys.take(k) {
-            let (o, note) = match k {
-                "Tag" => (Outcome::Converted, "routing: this input is its own pipeline, with the filters and outputs that match its tag"),
-                "Alias" => (Outcome::Converted, "the pipeline's name"),
-                "Mem_Buf_Limit" => (Outcome::Approximated, "Petrel bounds memory agent-wide (`--memory-limit`), pausing the sources that are ahead instead of one input"),
-                "storage.type" => (Outcome::Approximated, "positions are committed only after delivery: nothing read is lost on a crash without filesystem buffering"),
-                "Threaded" => (Outcome::Converted, "Petrel reads every file source on one input thread and processes on a shared pool"),
-                _ => (Outcome::Approximated, "Petrel has one log level, `--log-level`"),
-            };
-            report.add(&e.at, comp, &e.key, o, note);
-        }
-    }
+    keys.note(
+        comp,
+        report,
+        &[
+            ("Tag", Outcome::Converted, "routing: this input is its own pipeline, with the filters and outputs that match its tag"),
+            ("Alias", Outcome::Converted, "the pipeline's name"),
+            ("Mem_Buf_Limit", Outcome::Approximated, "Petrel bounds memory agent-wide (`--memory-limit`), pausing the sources that are ahead instead of one input"),
+            ("storage.type", Outcome::Approximated, "positions are committed only after delivery: nothing read is lost on a crash without filesystem buffering"),
+            ("Threaded", Outcome::Converted, "Petrel reads every file source on one input thread and processes on a shared pool"),
+            ("Log_Level", Outcome::Approximated, "Petrel has one log level, `--log-level`"),
+        ],
+    );
     let c = match plugin {
         "tail" => tail(s, &mut keys, id, comp, k8s, defs, report, p),
         "systemd" => {
@@ -879,23 +881,18 @@ fn source(
                 .map(|e| on(&e.value).unwrap_or(false))
                 .unwrap_or(false);
             c.set("since_now", tail);
-            for k in [
-                "DB",
-                "DB.Sync",
-                "Max_Fields",
-                "Max_Entries",
-                "Strip_Underscores",
-                "Lowercase",
-            ] {
-                if let Some(e) = keys.take(k) {
-                    let (o, note) = match k {
-                        "DB" => (Outcome::Approximated, "Petrel keeps its journal cursor in its data dir"),
-                        "Strip_Underscores" | "Lowercase" => (Outcome::NotConverted, "Petrel keeps the journal's field names; rename with the `fields` processor"),
-                        _ => (Outcome::Converted, "bounded by `max_entry_bytes` and the memory limit"),
-                    };
-                    report.add(&e.at, comp, &e.key, o, note);
-                }
-            }
+            keys.note(
+                comp,
+                report,
+                &[
+                    ("DB", Outcome::Approximated, "Petrel keeps its journal cursor in its data dir"),
+                    ("DB.Sync", Outcome::Converted, "Petrel's journal cursor is written atomically and synced with its checkpoints"),
+                    ("Max_Fields", Outcome::Converted, "bounded by `max_entry_bytes` and the memory limit"),
+                    ("Max_Entries", Outcome::Converted, "bounded by `max_entry_bytes` and the memory limit"),
+                    ("Strip_Underscores", Outcome::NotConverted, "Petrel keeps the journal's field names; rename with the `fields` processor"),
+                    ("Lowercase", Outcome::NotConverted, "Petrel keeps the journal's field names; rename with the `fields` processor"),
+                ],
+            );
             Some(c)
         }
         "tcp" | "forward" | "http" | "syslog" => {
@@ -1162,31 +1159,22 @@ fn tail(
             ),
         }
     }
-    for k in [
-        "Buffer_Chunk_Size",
-        "Skip_Long_Lines",
-        "Skip_Empty_Lines",
-        "Refresh_Interval",
-        "Rotate_Wait",
-        "Inotify_Watcher",
-        "Watcher_Interval",
-        "Progress_Check_Interval",
-        "Exit_On_Eof",
-        "File_Cache_Advise",
-    ] {
-        if let Some(e) = keys.take(k) {
-            let (o, note) = match k {
-                "Buffer_Chunk_Size" => (Outcome::Converted, "Petrel sizes its reads itself (`read_block_bytes`)"),
-                "Skip_Long_Lines" => (Outcome::Approximated, "a line longer than `max_line_bytes` is split into pieces and counted (`line_too_long`), not skipped"),
-                "Skip_Empty_Lines" => (Outcome::NotConverted, "empty lines are events in Petrel; drop them with `filter: {exclude: {message: \"^$\"}}`"),
-                "Refresh_Interval" | "Watcher_Interval" | "Progress_Check_Interval" | "Inotify_Watcher" => (Outcome::Converted, "Petrel watches with inotify and rescans every 10 s"),
-                "Rotate_Wait" => (Outcome::Approximated, "a rotated file is read to its end and closed after 5 s idle"),
-                "Exit_On_Eof" => (Outcome::NotConverted, "use the `stdin` source for one-shot reads"),
-                _ => (Outcome::Converted, "not needed"),
-            };
-            report.add(&e.at, comp, &e.key, o, note);
-        }
-    }
+    keys.note(
+        comp,
+        report,
+        &[
+            ("Buffer_Chunk_Size", Outcome::Converted, "Petrel sizes its reads itself (`read_block_bytes`)"),
+            ("Skip_Long_Lines", Outcome::Approximated, "a line longer than `max_line_bytes` is split into pieces and counted (`line_too_long`), not skipped"),
+            ("Skip_Empty_Lines", Outcome::NotConverted, "empty lines are events in Petrel; drop them with `filter: {exclude: {message: \"^$\"}}`"),
+            ("Refresh_Interval", Outcome::Converted, "Petrel watches with inotify and rescans every 10 s"),
+            ("Rotate_Wait", Outcome::Approximated, "a rotated file is read to its end and closed after 5 s idle"),
+            ("Inotify_Watcher", Outcome::Converted, "Petrel watches with inotify and rescans every 10 s"),
+            ("Watcher_Interval", Outcome::Converted, "Petrel watches with inotify and rescans every 10 s"),
+            ("Progress_Check_Interval", Outcome::Converted, "Petrel watches with inotify and rescans every 10 s"),
+            ("Exit_On_Eof", Outcome::NotConverted, "use the `stdin` source for one-shot reads"),
+            ("File_Cache_Advise", Outcome::Converted, "not needed"),
+        ],
+    );
     if let Some(e) = keys.take("Ignore_Older") {
         if c.get("type") == Some(&Value::from("file")) {
             c.set("ignore_older", e.value.as_str());
@@ -1201,30 +1189,67 @@ fn tail(
             );
         }
     }
-    for k in [
-        "Path_Key",
-        "Offset_Key",
-        "Key",
-        "Tag_Regex",
-        "Docker_Mode",
-        "Docker_Mode_Flush",
-        "Docker_Mode_Parser",
-        "Multiline",
-        "Multiline_Flush",
-        "Parser_Firstline",
-        "multiline.key_content",
-    ] {
-        if let Some(e) = keys.take(k) {
-            let (o, note) = match k {
-                "Path_Key" => (Outcome::Approximated, "the path is always the `file` field (its name in the fluent-bit layout: `file`)"),
-                "Key" => (Outcome::Approximated, "the line is the `message` field, written as `log` in the fluent-bit layout"),
-                "Docker_Mode" | "Docker_Mode_Flush" | "Docker_Mode_Parser" => (Outcome::Approximated, "Docker's split lines are joined by the `kubernetes_logs` source"),
-                "Multiline" | "Multiline_Flush" | "Parser_Firstline" | "multiline.key_content" => (Outcome::NotConverted, "set the file source's `multiline: {start_pattern: ...}` with the first-line regex"),
-                _ => (Outcome::NotConverted, "not available in Petrel"),
-            };
-            report.add(&e.at, comp, &e.key, o, note);
-        }
-    }
+    keys.note(
+        comp,
+        report,
+        &[
+            (
+                "Path_Key",
+                Outcome::Approximated,
+                "the path is always the `file` field (its name in the fluent-bit layout: `file`)",
+            ),
+            (
+                "Offset_Key",
+                Outcome::NotConverted,
+                "not available in Petrel",
+            ),
+            (
+                "Key",
+                Outcome::Approximated,
+                "the line is the `message` field, written as `log` in the fluent-bit layout",
+            ),
+            (
+                "Tag_Regex",
+                Outcome::NotConverted,
+                "not available in Petrel",
+            ),
+            (
+                "Docker_Mode",
+                Outcome::Approximated,
+                "Docker's split lines are joined by the `kubernetes_logs` source",
+            ),
+            (
+                "Docker_Mode_Flush",
+                Outcome::Approximated,
+                "Docker's split lines are joined by the `kubernetes_logs` source",
+            ),
+            (
+                "Docker_Mode_Parser",
+                Outcome::Approximated,
+                "Docker's split lines are joined by the `kubernetes_logs` source",
+            ),
+            (
+                "Multiline",
+                Outcome::NotConverted,
+                "set the file source's `multiline: {start_pattern: ...}` with the first-line regex",
+            ),
+            (
+                "Multiline_Flush",
+                Outcome::NotConverted,
+                "set the file source's `multiline: {start_pattern: ...}` with the first-line regex",
+            ),
+            (
+                "Parser_Firstline",
+                Outcome::NotConverted,
+                "set the file source's `multiline: {start_pattern: ...}` with the first-line regex",
+            ),
+            (
+                "multiline.key_content",
+                Outcome::NotConverted,
+                "set the file source's `multiline: {start_pattern: ...}` with the first-line regex",
+            ),
+        ],
+    );
     let container_source = c.get("type") == Some(&Value::from("kubernetes_logs"));
     if let Some(e) = keys.take("Parser").filter(|e| {
         // The container runtimes' formats are decoded by the
@@ -1563,23 +1588,17 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
     keys.take("Match");
     keys.take("Match_Regex");
     keys.take("Alias");
-    for k in [
-        "Retry_Limit",
-        "Workers",
-        "storage.total_limit_size",
-        "net.keepalive",
-        "net.connect_timeout",
-    ] {
-        if let Some(e) = keys.take(k) {
-            let (o, note) = match k {
-                "Retry_Limit" => (Outcome::Approximated, "Petrel retries until delivered (`retry` bounds it on request/response sinks); a record is never dropped for retries"),
-                "Workers" => (Outcome::Converted, "requests in flight are sized by the congestion window"),
-                "storage.total_limit_size" => (Outcome::Approximated, "a sink's `buffer: {type: disk, max_bytes}`"),
-                _ => (Outcome::Converted, "Petrel's connection handling"),
-            };
-            report.add(&e.at, &comp, &e.key, o, note);
-        }
-    }
+    keys.note(
+        &comp,
+        report,
+        &[
+            ("Retry_Limit", Outcome::Approximated, "Petrel retries until delivered (`retry` bounds it on request/response sinks); a record is never dropped for retries"),
+            ("Workers", Outcome::Converted, "requests in flight are sized by the congestion window"),
+            ("storage.total_limit_size", Outcome::Approximated, "a sink's `buffer: {type: disk, max_bytes}`"),
+            ("net.keepalive", Outcome::Converted, "Petrel's connection handling"),
+            ("net.connect_timeout", Outcome::Converted, "Petrel's connection handling"),
+        ],
+    );
     let layout = json!({"layout": "fluent-bit"});
     let mut c = match plugin {
         "es" | "elasticsearch" | "opensearch" => {
@@ -1820,28 +1839,37 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 report.add(&e.at, &comp, &e.key, Outcome::Converted, "tenant_id");
             }
             basic_auth(&mut keys, &mut c, &comp, report);
-            for k in [
-                "Remove_Keys",
-                "Drop_Single_Key",
-                "Auto_Kubernetes_Labels",
-                "Label_Map_Path",
-                "Structured_Metadata",
-            ] {
-                if let Some(e) = keys.take(k) {
-                    let (oc, note) = match k {
-                        "Remove_Keys" => (
-                            Outcome::Approximated,
-                            "remove them with a `fields` processor before the sink",
-                        ),
-                        "Drop_Single_Key" => (
-                            Outcome::Approximated,
-                            "`line_format: text` writes the message alone",
-                        ),
-                        _ => (Outcome::NotConverted, "write the labels by hand"),
-                    };
-                    report.add(&e.at, &comp, &e.key, oc, note);
-                }
-            }
+            keys.note(
+                &comp,
+                report,
+                &[
+                    (
+                        "Remove_Keys",
+                        Outcome::Approximated,
+                        "remove them with a `fields` processor before the sink",
+                    ),
+                    (
+                        "Drop_Single_Key",
+                        Outcome::Approximated,
+                        "`line_format: text` writes the message alone",
+                    ),
+                    (
+                        "Auto_Kubernetes_Labels",
+                        Outcome::NotConverted,
+                        "write the labels by hand",
+                    ),
+                    (
+                        "Label_Map_Path",
+                        Outcome::NotConverted,
+                        "write the labels by hand",
+                    ),
+                    (
+                        "Structured_Metadata",
+                        Outcome::NotConverted,
+                        "write the labels by hand",
+                    ),
+                ],
+            );
             tls_keys(&mut keys, &mut c, &comp, report);
             c.set("metadata", layout);
             report.add(&o.at, &comp, "", Outcome::Converted, "the `loki` sink");

@@ -767,7 +767,12 @@ impl FileSelector for KubeSelector {
         let rt = self.runtime.as_ref().and_then(|r| r.lookup(&p));
         let view = self.api.as_ref().map(|a| api_view(a, &p, rt.as_deref()));
         let runtime_missing = self.runtime.is_some() && rt.is_none();
-        let api_missing = view.as_ref().is_some_and(|v| v.pod.is_none());
+        // The node's labels too: a container read before the node was
+        // listed would have its first events without them (the layouts
+        // suite saw it under load).
+        let api_missing = view
+            .as_ref()
+            .is_some_and(|v| v.pod.is_none() || !v.node_listed);
         if runtime_missing || api_missing {
             let mut waiting = self.waiting.lock();
             if waiting.len() >= 4096 {
@@ -794,6 +799,7 @@ impl FileSelector for KubeSelector {
                 let who = match (runtime_missing, api_missing) {
                     (true, true) => "neither the container runtime nor the Kubernetes API server knows this container",
                     (true, false) => "the container runtime does not know this container",
+                    _ if view.as_ref().is_some_and(|v| v.pod.is_some()) => "this node was not listed from the Kubernetes API server yet (no node labels)",
                     _ => "the Kubernetes API server does not know this container's pod (yet)",
                 };
                 tracing::warn!(path = %path.display(), "{who}; reading it with what is known, and its events get the rest once it is known");

@@ -272,6 +272,9 @@ pub struct ApiView {
     pub namespace: Option<Arc<LabelsMeta>>,
     /// This node.
     pub node: Option<Arc<LabelsMeta>>,
+    /// Whether the node was listed yet (`node` is then final, found or
+    /// not).
+    pub node_listed: bool,
     /// The pod's workload chain, nearest first (`ReplicaSet`, then its
     /// `Deployment`).
     pub owners: Vec<Owner>,
@@ -408,6 +411,7 @@ impl KubeApi {
         ApiView {
             namespace: ns.and_then(|n| s.namespace(n)),
             node: s.node(),
+            node_listed: s.node_listed(),
             pod,
             owners,
         }

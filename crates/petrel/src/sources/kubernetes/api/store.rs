@@ -238,6 +238,9 @@ fn controller(refs: Option<Vec<OwnerReference>>) -> Option<Owner> {
 pub struct Store {
     inner: RwLock<Inner>,
     generation: AtomicU64,
+    /// Set once the node was listed (found or not): until then an event
+    /// read would miss the node's labels for no reason but timing.
+    node_listed: std::sync::atomic::AtomicBool,
     /// Annotation keys some source named: the only ones kept.
     wanted: RwLock<HashSet<String>>,
 }
@@ -272,6 +275,17 @@ impl Store {
     /// Changes whenever something kept does.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Marks the node as listed with nothing found (its list was refused).
+    pub fn mark_node_listed(&self) {
+        self.node_listed.store(true, Ordering::Release);
+    }
+
+    /// Whether the node was listed once (it may not exist, or not be
+    /// readable: then it is listed with nothing found).
+    pub fn node_listed(&self) -> bool {
+        self.node_listed.load(Ordering::Acquire)
     }
 
     fn bump(&self) {
@@ -360,6 +374,7 @@ impl Store {
                     });
                     changed = new != g.node;
                     g.node = new;
+                    self.node_listed.store(true, Ordering::Release);
                 }
                 Kind::ReplicaSets | Kind::Jobs => {
                     let new: HashMap<_, _> = objects

@@ -396,6 +396,11 @@ pub async fn run(shared: Arc<Shared>, kind: Kind, mut relist: tokio::sync::watch
                     // An answer we cannot follow: start over from a list.
                     rv = None;
                 }
+                if matches!(kind, Kind::Node) && matches!(e, Failure::Status(..)) {
+                    // Refused (no RBAC for nodes, or no such node): no
+                    // labels will come, so nothing waits for them.
+                    shared.store.mark_node_listed();
+                }
                 let started = Instant::now();
                 shared.failed(kind, &e);
                 tokio::time::sleep(backoff.saturating_sub(started.elapsed())).await;

@@ -1599,7 +1599,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
             ("net.connect_timeout", Outcome::Converted, "Petrel's connection handling"),
         ],
     );
-    let layout = json!({"layout": "fluent-bit"});
     let mut c = match plugin {
         "es" | "elasticsearch" | "opensearch" => {
             let mut c = Component::new("elasticsearch", id, &o.at, &comp);
@@ -1676,7 +1675,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 }
             }
             tls_keys(&mut keys, &mut c, &comp, report);
-            c.set("metadata", layout);
             c.set("timestamp_key", "@timestamp");
             report.add(&o.at, &comp, "", Outcome::Converted, "the `elasticsearch` sink (`mode: index`, as Fluent Bit's `index` action), fluent-bit layout, `@timestamp`");
             c
@@ -1753,7 +1751,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                     report.add(&e.at, &comp, &e.key, Outcome::Approximated, "the time is written under the sink's `timestamp_key`; a full queue waits instead of retrying a number of times");
                 }
             }
-            c.set("metadata", layout);
             report.add(
                 &o.at,
                 &comp,
@@ -1871,7 +1868,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 ],
             );
             tls_keys(&mut keys, &mut c, &comp, report);
-            c.set("metadata", layout);
             report.add(&o.at, &comp, "", Outcome::Converted, "the `loki` sink");
             c
         }
@@ -1943,7 +1939,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 }
             }
             tls_keys(&mut keys, &mut c, &comp, report);
-            c.set("metadata", layout);
             report.add(&o.at, &comp, "", Outcome::Converted, "the `http` sink");
             c
         }
@@ -1964,7 +1959,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 .unwrap_or_default();
             c.set("encoding", "ndjson");
             report.add(&o.at, &comp, "Format", if fmt.is_empty() || fmt == "plain" { Outcome::Approximated } else { Outcome::NotConverted }, "one JSON object per line (Fluent Bit's `plain`; its default writes `tag: [time, record]`)");
-            c.set("metadata", layout);
             c
         }
         "stdout" => {
@@ -1985,7 +1979,6 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
                 },
                 "one JSON object per line (Fluent Bit's default prints `[0] tag: [time, {...}]`)",
             );
-            c.set("metadata", layout);
             c
         }
         "null" => {
@@ -2004,7 +1997,10 @@ fn output(o: &Section, plugin: &str, id: &str, report: &mut Report) -> Option<Co
         }
     };
     keys.rest(&comp, report);
-    let _ = &mut c;
+    // Every sink that writes fields names them as Fluent Bit's records do.
+    if c.get("type") != Some(&Value::from("blackhole")) {
+        c.set("metadata", json!({"layout": "fluent-bit"}));
+    }
     Some(c)
 }
 

@@ -150,13 +150,11 @@ pub fn import(
     let mut written = 0;
     for pos in positions {
         let path = PathBuf::from(&pos.path);
+        let mut say = |o: Outcome, note: String| report.add(&pos.at, comp, &pos.path, o, note);
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) => {
-                report.add(
-                    &pos.at,
-                    comp,
-                    &pos.path,
+                say(
                     Outcome::Converted,
                     format!("not imported: the file is gone ({e}); nothing left to read"),
                 );
@@ -166,23 +164,17 @@ pub fn import(
         let meta = match file.metadata() {
             Ok(m) => m,
             Err(e) => {
-                report.add(
-                    &pos.at,
-                    comp,
-                    &pos.path,
-                    Outcome::NotConverted,
-                    format!("cannot stat: {e}"),
-                );
+                say(Outcome::NotConverted, format!("cannot stat: {e}"));
                 continue;
             }
         };
         let id = FileId::of(&meta);
         if pos.inode.is_some_and(|i| i != id.ino) {
-            report.add(&pos.at, comp, &pos.path, Outcome::Approximated, "not imported: the file was rotated since (another inode at this path); the file there now is read per the source's `read_from`");
+            say(Outcome::Approximated, "not imported: the file was rotated since (another inode at this path); the file there now is read per the source's `read_from`".into());
             continue;
         }
         if meta.len() < pos.offset {
-            report.add(&pos.at, comp, &pos.path, Outcome::Approximated, format!("not imported: the file is shorter ({} bytes) than the position ({}): truncated since, read per the source's `read_from`", meta.len(), pos.offset));
+            say(Outcome::Approximated, format!("not imported: the file is shorter ({} bytes) than the position ({}): truncated since, read per the source's `read_from`", meta.len(), pos.offset));
             continue;
         }
         // The real file behind a link (/var/log/containers → /var/log/pods),
@@ -195,22 +187,16 @@ pub fn import(
             }
         }
         if keys.is_empty() {
-            report.add(
-                &pos.at,
-                comp,
-                &pos.path,
+            say(
                 Outcome::NotConverted,
-                "no Petrel source reads this file: check the converted pipelines' `include`",
+                "no Petrel source reads this file: check the converted pipelines' `include`".into(),
             );
             continue;
         }
         let fingerprint = match Fingerprint::read(&file, meta.len()) {
             Ok(f) => f,
             Err(e) => {
-                report.add(
-                    &pos.at,
-                    comp,
-                    &pos.path,
+                say(
                     Outcome::NotConverted,
                     format!("cannot read its first bytes: {e}"),
                 );
@@ -220,7 +206,7 @@ pub fn import(
         for key in keys {
             let entries: &mut HashMap<FileId, Entry> = snap.entry(key.clone()).or_default();
             if let Some(have) = entries.get(&id) {
-                report.add(&pos.at, comp, &pos.path, Outcome::Converted, format!("kept Petrel's own position for `{key}` (offset {}), newer than the imported one ({})", have.offset, pos.offset));
+                say(Outcome::Converted, format!("kept Petrel's own position for `{key}` (offset {}), newer than the imported one ({})", have.offset, pos.offset));
                 continue;
             }
             entries.insert(
@@ -234,10 +220,7 @@ pub fn import(
                 },
             );
             written += 1;
-            report.add(
-                &pos.at,
-                comp,
-                &pos.path,
+            say(
                 Outcome::Converted,
                 format!(
                     "`{key}` starts at offset {} of {} bytes",
